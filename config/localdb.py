@@ -1,0 +1,143 @@
+"""The embedded PostgreSQL: a private cluster in an ignored folder of the checkout.
+
+Used when DATABASE_URL is not set. `ensure_cluster()` is idempotent and cheap when the
+cluster is already up (a pid-file read and one TCP connect), and safe to call from several
+processes at once (a file lock serialises initdb/start).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DB_NAME = "reckon"
+DB_USER = "postgres"
+
+
+class LocalDatabaseError(RuntimeError):
+    pass
+
+
+def find_bindir() -> Path:
+    """The folder holding initdb and pg_ctl: PATH first, then Debian's versioned folders."""
+    explicit = os.environ.get("RECKON_PG_BINDIR")
+    candidates = [Path(explicit)] if explicit else []
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    for folder in candidates:
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists() and (folder / "postgres").exists():
+            return folder
+    raise LocalDatabaseError(
+        "Reckon needs PostgreSQL. Either set DATABASE_URL=postgresql://user:pass@host:5432/reckon, "
+        "or install the PostgreSQL server binaries (Debian: apt-get install postgresql) so that "
+        "initdb and pg_ctl are on PATH or under /usr/lib/postgresql/<version>/bin."
+    )
+
+
+def _as_postgres() -> list[str]:
+    """PostgreSQL refuses to run as root: drop to the `postgres` user when we are root."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise LocalDatabaseError(
+            "Running as root, and there is no `postgres` user to run the local PostgreSQL as. "
+            "Create one (useradd -r postgres) or set DATABASE_URL."
+        ) from exc
+    return ["runuser", "-u", "postgres", "--"]
+
+
+def _cluster_dir() -> Path:
+    """`.pgdata/` in the checkout, unless the `postgres` user cannot reach it (a 0700 parent)."""
+    preferred = Path(os.environ.get("RECKON_PGDATA_DIR", BASE_DIR / ".pgdata"))
+    if os.geteuid() != 0 or _postgres_can_enter(preferred.parent):
+        return preferred
+    digest = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:10]
+    return Path("/var/tmp") / f"reckon-pgdata-{digest}"
+
+
+def _postgres_can_enter(folder: Path) -> bool:
+    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(folder)])
+    return probe.returncode == 0
+
+
+def _port_for(folder: Path) -> int:
+    """A port derived from the folder, so two checkouts on one machine do not collide."""
+    configured = os.environ.get("RECKON_PG_PORT")
+    if configured:
+        return int(configured)
+    digest = int(hashlib.sha1(str(folder).encode()).hexdigest(), 16)
+    return 20000 + digest % 10000
+
+
+def _accepting(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_cluster() -> dict:
+    """Start (and on first use create) the local cluster; return Django connection settings."""
+    folder = _cluster_dir()
+    port = _port_for(folder)
+    settings = {"HOST": "127.0.0.1", "PORT": str(port), "NAME": DB_NAME, "USER": DB_USER, "PASSWORD": ""}
+    data = folder / "data"
+    if (data / "postmaster.pid").exists() and _accepting(port):
+        return settings
+
+    bindir = find_bindir()
+    prefix = _as_postgres()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.geteuid() == 0:
+            shutil.chown(folder, "postgres", "postgres")
+        if not (data / "PG_VERSION").exists():
+            _run(prefix + [str(bindir / "initdb"), "-D", str(data), "-U", DB_USER, "-A", "trust",
+                           "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], "initdb")
+        if not _accepting(port):
+            _run(prefix + [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"),
+                           "-w", "-t", "30", "-o",
+                           f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
+                           "-c max_connections=200 -c fsync=on", "start"], "pg_ctl start")
+        _ensure_database(port)
+    return settings
+
+
+def stop_cluster() -> None:
+    folder = _cluster_dir()
+    data = folder / "data"
+    if (data / "postmaster.pid").exists():
+        _run(_as_postgres() + [str(find_bindir() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
+                               "stop"], "pg_ctl stop")
+
+
+def _ensure_database(port: int) -> None:
+    import psycopg
+
+    try:
+        with psycopg.connect(host="127.0.0.1", port=port, user=DB_USER, dbname="postgres",
+                             autocommit=True, connect_timeout=10) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
+                conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+    except psycopg.Error as exc:
+        raise LocalDatabaseError(f"cannot prepare the local PostgreSQL on port {port}: {exc}") from exc
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LocalDatabaseError(f"{what} failed ({done.returncode}): {done.stderr or done.stdout}")

@@ -1,0 +1,174 @@
+"""Reckon's one settings module, driven by environment variables (see .env.example)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be a boolean (true/false), got {value!r}")
+
+
+def envint(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def database_from_url(url: str) -> dict:
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {parts.scheme!r}")
+    return {
+        "NAME": unquote(parts.path.lstrip("/")) or "reckon",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
+
+
+DEBUG = envbool("RECKON_DEBUG", True)
+SECRET_KEY = os.environ.get("RECKON_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ValueError("RECKON_SECRET_KEY must be set when RECKON_DEBUG is false")
+    SECRET_KEY = "reckon-local-development-only-not-secret"
+ALLOWED_HOSTS = os.environ.get("RECKON_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "pgtrigger",
+    "django_q",
+    "ledger",
+    "reconciliation",
+    "approvals",
+    "console",
+    "sandbox",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if os.environ.get("DATABASE_URL"):
+    _database = database_from_url(os.environ["DATABASE_URL"])
+else:
+    from config.localdb import ensure_cluster
+
+    _database = ensure_cluster()
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        **_database,
+        "CONN_MAX_AGE": envint("RECKON_CONN_MAX_AGE", 60),
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"NAME": os.environ.get("RECKON_TEST_DATABASE") or None},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# django-q2 on the same PostgreSQL. Its ORM broker is at-least-once with no fencing: Reckon's
+# own ledger provides leases and compare-and-set. `timeout` < `retry`, and a small prefetch so
+# tasks do not age in a cluster's local queue.
+Q_CLUSTER = {
+    "name": "reckon",
+    "orm": "default",
+    "workers": envint("RECKON_Q_WORKERS", 2),
+    "timeout": envint("RECKON_Q_TIMEOUT", 60),
+    "retry": envint("RECKON_Q_RETRY", 90),
+    "max_attempts": 5,
+    "queue_limit": 4,
+    "bulk": 1,
+    "catch_up": False,
+    "ack_failures": True,
+    "save_limit": 1000,
+    "poll": 0.2,
+    "label": "Tasks",
+}
+
+# How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
+RECKON_SWEEP_INTERVAL = float(os.environ.get("RECKON_SWEEP_INTERVAL", "5"))
+# Dispatch run_job to django-q2 when a job is enqueued or reopened.
+RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "reckon": {"handlers": ["console"], "level": os.environ.get("RECKON_LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,29 @@
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from ledger.services import sweep_expired_leases
+
+
+class Command(BaseCommand):
+    help = "Handle expired leases: reclaim work that never started, mark submitted work unknown."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--loop", action="store_true", help="keep sweeping every --interval seconds")
+        parser.add_argument("--interval", type=float, default=settings.RECKON_SWEEP_INTERVAL)
+
+    def handle(self, *args, loop, interval, **options):
+        while True:
+            started = time.monotonic()
+            result = sweep_expired_leases()
+            if result.total or not loop:
+                self.stdout.write(f"swept {result.total} expired lease(s) in "
+                                  f"{(time.monotonic() - started) * 1000:.1f} ms: "
+                                  f"{len(result.reclaimed)} reclaimed, {len(result.unknown)} unknown, "
+                                  f"{len(result.exhausted)} exhausted")
+            if not loop:
+                return
+            close_old_connections()
+            time.sleep(interval)  # the loop's pacing, not synchronisation

@@ -1,0 +1,156 @@
+"""Job, Attempt and LedgerEvent: what is known about each piece of work, and how we learnt it.
+
+The database guards the rules (CHECK constraints, a partial unique index, an append-only
+trigger); `ledger.services` is the only code that changes these rows.
+"""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from ledger.states import (
+    CONSISTENCY,
+    LIVE_EXECUTION,
+    ActorType,
+    Delivery,
+    Execution,
+    JobStatus,
+    SideEffect,
+)
+
+
+def _one_of(field: str, choices) -> Q:
+    return Q(**{f"{field}__in": [c.value if hasattr(c, "value") else c for c in choices]})
+
+
+class JobQuerySet(models.QuerySet):
+    def counts_by_status(self) -> dict[str, int]:
+        rows = self.order_by().values_list("status").annotate(n=models.Count("id"))
+        return {status: n for status, n in rows}
+
+
+class Job(models.Model):
+    job_id = models.CharField(max_length=200, unique=True)
+    tenant = models.CharField(max_length=100)
+    action = models.CharField(max_length=100)
+    payload = models.JSONField()
+    identity = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=320, unique=True)
+    status = models.CharField(max_length=24, choices=JobStatus.choices, default=JobStatus.PENDING)
+    lease_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=_one_of("status", JobStatus), name="job_status_valid"),
+            models.CheckConstraint(condition=Q(lease_seq__gte=0), name="job_lease_seq_nonnegative"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="job_status_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.job_id
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (s.value for s in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED))
+
+
+class Attempt(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    delivery_state = models.CharField(max_length=16, choices=Delivery.choices, default=Delivery.QUEUED)
+    execution_state = models.CharField(max_length=16, choices=Execution.choices,
+                                       default=Execution.NOT_STARTED)
+    side_effect_state = models.CharField(max_length=16, choices=SideEffect.choices,
+                                         default=SideEffect.NOT_ATTEMPTED)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_token = models.BigIntegerField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    observed_identity = models.JSONField(null=True, blank=True)
+    result_ref = models.CharField(max_length=500, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_number_unique_per_job"),
+            models.UniqueConstraint(fields=["job"], condition=_one_of("execution_state", LIVE_EXECUTION),
+                                    name="attempt_one_live_per_job"),
+            models.CheckConstraint(condition=_one_of("delivery_state", Delivery), name="attempt_delivery_valid"),
+            models.CheckConstraint(condition=_one_of("execution_state", Execution),
+                                   name="attempt_execution_valid"),
+            models.CheckConstraint(condition=_one_of("side_effect_state", SideEffect),
+                                   name="attempt_side_effect_valid"),
+            *[
+                models.CheckConstraint(
+                    condition=~Q(execution_state=execution)
+                    | (_one_of("side_effect_state", side_effects)
+                       & (_one_of("delivery_state", deliveries) if deliveries else Q())),
+                    name=f"attempt_{execution.value}_consistent",
+                )
+                for execution, (deliveries, side_effects) in CONSISTENCY.items()
+            ],
+            # A running attempt always has a complete lease: owner, fencing token, expiry.
+            models.CheckConstraint(
+                condition=~Q(execution_state=Execution.RUNNING)
+                | (~Q(lease_owner="") & Q(lease_token__isnull=False) & Q(lease_expires_at__isnull=False)),
+                name="attempt_running_has_lease",
+            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="attempt_number_positive"),
+        ]
+        indexes = [
+            # The sweeper's selection: running attempts by lease expiry, nothing else.
+            models.Index(fields=["lease_expires_at"], name="attempt_running_expiry",
+                         condition=Q(execution_state=Execution.RUNNING)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.number}"
+
+    @property
+    def states(self) -> dict[str, str]:
+        return {"delivery": self.delivery_state, "execution": self.execution_state,
+                "side_effect": self.side_effect_state}
+
+
+class LedgerEvent(models.Model):
+    """One row per state change, refusal, or decision. Never updated, never deleted."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, null=True, blank=True,
+                                related_name="events")
+    at = models.DateTimeField(db_default=Now())
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor = models.CharField(max_length=200)
+    kind = models.CharField(max_length=64)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=_one_of("actor_type", ActorType), name="event_actor_type_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["job", "id"], name="event_job_id"),
+            models.Index(fields=["attempt", "id"], name="event_attempt_id"),
+            models.Index(fields=["kind", "at"], name="event_kind_at"),
+        ]
+        triggers = [
+            pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.job_id}"

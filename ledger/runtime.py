@@ -1,0 +1,116 @@
+"""The safe worker loop: claim -> verify identity -> begin side effect -> call -> record.
+
+Used by the django-q2 task `ledger.tasks.run_job` (and later by the HTTP worker API's
+clients). Every state change goes through `ledger.services`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+
+from django.db import connection
+
+from ledger import services
+from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
+from ledger.models import Job
+
+log = logging.getLogger("reckon.worker")
+
+
+def worker_identity() -> str:
+    """host:pid:nonce — unique per delivery, so two deliveries in one process never share a lease."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class LeaseKeeper:
+    """Renews a lease from a background thread while a slow provider call runs.
+
+    The keeper never writes results; if renewal is rejected it stops, and the worker's final
+    write will be rejected by compare-and-set as well.
+    """
+
+    def __init__(self, lease: services.Lease, interval: float):
+        self.lease = lease
+        self.interval = interval
+        self.lost: str = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    self.lease = services.renew_lease(lease=self.lease)
+                except services.StaleLease as stale:
+                    self.lost = str(stale)
+                    return
+        finally:
+            connection.close()
+
+
+def execute(job_id: str, *, worker: str | None = None) -> str:
+    """Run one delivery of a job. Returns a short word for what happened (for logs and tests)."""
+    worker = worker or worker_identity()
+    try:
+        lease = services.claim_job(job_id=job_id, worker=worker)
+    except services.ClaimRefused as refused:
+        log.info("job %s: claim refused (%s)", job_id, refused.reason)
+        return f"refused:{refused.reason}"
+    job = Job.objects.get(job_id=job_id)
+    action = get_action(job.action)
+    try:
+        if action.observe_identity is not None:
+            try:
+                observed = action.observe_identity(job)
+            except Exception as exc:  # we could not even look: nothing was sent, try again later
+                services.record_failure(lease=lease, error=f"could not observe identity: {exc}",
+                                        retryable=True)
+                return "failed"
+            try:
+                services.verify_identity(lease=lease, observed=observed)
+            except services.IdentityMismatch:
+                return "blocked"
+        services.begin_side_effect(lease=lease)
+        renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
+        with LeaseKeeper(lease, renew_every) as keeper:
+            outcome = _call(action.executor, job)
+        return _record(keeper.lease, outcome)
+    except services.StaleLease as stale:
+        log.warning("job %s: %s", job_id, stale)
+        return "stale"
+
+
+def _call(executor, job: Job) -> Outcome:
+    try:
+        outcome = executor(job)
+    except Exception as exc:  # an executor that crashed mid-call proves nothing either way
+        return Unknown(reason=f"executor raised {type(exc).__name__}: {exc}")
+    if not isinstance(outcome, (Succeeded, Failed, Unknown)):
+        return Unknown(reason=f"executor returned {outcome!r}, not an outcome")
+    return outcome
+
+
+def _record(lease: services.Lease, outcome: Outcome) -> str:
+    if isinstance(outcome, Succeeded):
+        services.record_success(lease=lease, result_ref=outcome.result_ref, evidence=outcome.evidence)
+        return "succeeded"
+    if isinstance(outcome, Failed):
+        services.record_failure(lease=lease, error=outcome.error, retryable=outcome.retryable,
+                                evidence=outcome.evidence)
+        return "failed"
+    services.record_unknown(lease=lease, reason=outcome.reason, evidence=outcome.evidence)
+    return "unknown"
+
+

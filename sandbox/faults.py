@@ -1,0 +1,174 @@
+"""Fault injection for the sandbox provider.
+
+Two sources of faults, merged for each request:
+
+* the ``X-Sandbox-Fault`` request header, e.g. ``latency=0.5,drop_after_commit``;
+* the configured rates (``PUT /_admin/faults`` or ``--fault-rate``), drawn from a seeded
+  ``random.Random`` for effect-creating POSTs only.
+
+Fault kinds:
+
+* ``latency=<seconds>``: sleep before handling the request;
+* ``error_5xx``: answer 503, nothing happens;
+* ``fail_before_commit``: do the work, roll it back, answer 500: nothing happened;
+* ``drop_after_commit``: commit the effect, then close the connection without a response.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from dataclasses import dataclass, replace
+
+KINDS = ("error_5xx", "fail_before_commit", "drop_after_commit")
+MAX_LATENCY = 300.0
+
+
+class FaultError(ValueError):
+    """A fault header or fault configuration is invalid (answered with a 400)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults to apply to one request."""
+
+    latency: float = 0.0
+    error_5xx: bool = False
+    fail_before_commit: bool = False
+    drop_after_commit: bool = False
+
+    def merge(self, other: Faults) -> Faults:
+        return Faults(
+            latency=self.latency + other.latency,
+            error_5xx=self.error_5xx or other.error_5xx,
+            fail_before_commit=self.fail_before_commit or other.fail_before_commit,
+            drop_after_commit=self.drop_after_commit or other.drop_after_commit,
+        )
+
+
+def _seconds(value: object, what: str, *, text: bool = False) -> float:
+    types = (int, float, str) if text else (int, float)
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise FaultError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise FaultError(f"{what} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_LATENCY:
+        raise FaultError(f"{what} must be between 0 and {MAX_LATENCY:g} seconds, got {value!r}")
+    return seconds
+
+
+def parse_header(value: str | None) -> Faults:
+    """Parse ``X-Sandbox-Fault: latency=0.2,error_5xx``; raises FaultError on unknown names."""
+    faults = Faults()
+    if not value:
+        return faults
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, arg = (part.strip() for part in item.partition("="))
+        if name == "latency":
+            if not sep:
+                raise FaultError("X-Sandbox-Fault: latency needs a value, e.g. latency=0.5")
+            faults = replace(faults, latency=_seconds(arg, "X-Sandbox-Fault latency", text=True))
+        elif name in KINDS:
+            if sep:
+                raise FaultError(f"X-Sandbox-Fault: {name} takes no value")
+            faults = replace(faults, **{name: True})
+        else:
+            known = ", ".join(("latency=<seconds>",) + KINDS)
+            raise FaultError(f"X-Sandbox-Fault: unknown fault {name!r}; known faults: {known}")
+    return faults
+
+
+class FaultConfig:
+    """Configured fault rates, shared by all request threads."""
+
+    def __init__(self, rates: dict | None = None, latency: dict | None = None, seed: int | None = None):
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self._rates = {kind: 0.0 for kind in KINDS}
+        self._latency = {"min": 0.0, "max": 0.0}
+        self._seed = seed
+        self._initial = {"rates": rates or {}, "latency": latency or {}, "seed": seed}
+        self.update(self._initial)
+
+    @classmethod
+    def from_rate(cls, rate: float, seed: int | None = None) -> FaultConfig:
+        """``--fault-rate R``: R/3 for each of the three fault kinds."""
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise FaultError(f"the fault rate must be between 0 and 1, got {rate!r}")
+        return cls(rates={kind: rate / 3 for kind in KINDS}, seed=seed)
+
+    def update(self, data: object) -> dict:
+        """Replace the configuration (the body of ``PUT /_admin/faults``), validated first."""
+        if not isinstance(data, dict):
+            raise FaultError("the fault configuration must be a JSON object")
+        unknown = sorted(set(data) - {"rates", "latency", "seed"})
+        if unknown:
+            raise FaultError(f"unknown field(s) {', '.join(unknown)}; allowed: rates, latency, seed")
+        rates = self._parse_rates(data.get("rates") or {})
+        latency = self._parse_latency(data.get("latency") or {})
+        seed = data.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise FaultError(f"seed must be an integer, got {seed!r}")
+        with self._lock:
+            self._rates, self._latency = rates, latency
+            if seed is not None:
+                self._seed = seed
+                self._random.seed(seed)
+        return self.as_dict()
+
+    def reset(self) -> dict:
+        """Back to the configuration the process started with."""
+        return self.update(self._initial)
+
+    @staticmethod
+    def _parse_rates(rates: object) -> dict:
+        if not isinstance(rates, dict):
+            raise FaultError("rates must be an object like {\"error_5xx\": 0.1}")
+        unknown = sorted(set(rates) - set(KINDS))
+        if unknown:
+            raise FaultError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+        parsed = {}
+        for kind in KINDS:
+            value = rates.get(kind, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise FaultError(f"rates.{kind} must be a number between 0 and 1, got {value!r}")
+            parsed[kind] = float(value)
+        if sum(parsed.values()) > 1 + 1e-9:
+            raise FaultError("the fault rates must add up to at most 1")
+        return parsed
+
+    @staticmethod
+    def _parse_latency(latency: object) -> dict:
+        if not isinstance(latency, dict):
+            raise FaultError("latency must be an object like {\"min\": 0.0, \"max\": 0.2}")
+        unknown = sorted(set(latency) - {"min", "max"})
+        if unknown:
+            raise FaultError(f"unknown latency field(s) {', '.join(unknown)}; allowed: min, max")
+        low = _seconds(latency.get("min", 0.0), "latency.min")
+        high = _seconds(latency.get("max", low), "latency.max")
+        if low > high:
+            raise FaultError("latency.min must not be greater than latency.max")
+        return {"min": low, "max": high}
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"rates": dict(self._rates), "latency": dict(self._latency), "seed": self._seed}
+
+    def draw(self) -> Faults:
+        """The configured faults for one effect-creating request (at most one fault kind)."""
+        with self._lock:
+            low, high = self._latency["min"], self._latency["max"]
+            latency = self._random.uniform(low, high) if high > 0 else 0.0
+            roll = self._random.random()
+            threshold = 0.0
+            for kind in KINDS:
+                threshold += self._rates[kind]
+                if roll < threshold:
+                    return Faults(latency=latency, **{kind: True})
+            return Faults(latency=latency)
