@@ -407,15 +407,15 @@ def _held(lease: Lease, operation: str, *, require_unexpired: bool,
         current = False
     if current:
         return job, attempt, ""
+    expired = attempt.lease_token == lease.token and attempt.lease_expires_at <= job.db_now
     note = (f"{operation} by {lease.owner} with fencing token {lease.token} rejected: "
             f"attempt {attempt.number} is {attempt.execution_state}"
-            + (f", leased to {attempt.lease_owner} (token {attempt.lease_token})" if attempt.lease_owner else "")
-            + (", lease expired" if attempt.lease_token == lease.token and attempt.lease_expires_at
-               and attempt.lease_expires_at <= job.db_now else ""))
+            + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
+            + f"; the job's latest fencing token is {job.lease_seq}")
     _event(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="late_write_rejected",
            before=_snapshot(job, attempt), after=_snapshot(job, attempt), note=note,
            evidence={"operation": operation, "stale_token": lease.token,
-                     "current_token": attempt.lease_token, "reported": evidence or {}})
+                     "current_token": job.lease_seq, "reported": evidence or {}})
     return job, attempt, note
 
 

@@ -1,0 +1,116 @@
+import pytest
+
+from ledger import services
+from ledger.models import Attempt, Job
+from tests.conftest import event_kinds, expire_lease, latest_attempt, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_leases_the_queued_attempt_with_the_next_fencing_token():
+    make_job("j")
+    lease = services.claim_job(job_id="j", worker="w1")
+    attempt = latest_attempt("j")
+    assert (lease.owner, lease.token, lease.attempt_number) == ("w1", 1, 1)
+    assert (attempt.delivery_state, attempt.execution_state, attempt.side_effect_state) == (
+        "leased", "running", "not_attempted")
+    assert attempt.lease_owner == "w1" and attempt.lease_token == 1
+    assert attempt.lease_expires_at == lease.expires_at
+    assert Job.objects.get(job_id="j").status == "running"
+    assert event_kinds("j") == ["enqueued", "claimed"]
+
+
+def test_a_duplicate_delivery_during_a_live_lease_is_refused_and_recorded():
+    make_job("j")
+    services.claim_job(job_id="j", worker="w1")
+    before = Attempt.objects.values().get()
+    with pytest.raises(services.ClaimRefused, match="leased to w1") as refused:
+        services.claim_job(job_id="j", worker="w2")
+    assert refused.value.reason == "duplicate_delivery"
+    assert Attempt.objects.values().get() == before
+    assert Job.objects.get(job_id="j").lease_seq == 1
+    assert event_kinds("j")[-1] == "duplicate_delivery"
+
+
+def test_a_delivery_of_a_finished_job_is_refused_as_a_duplicate():
+    make_job("j")
+    lease = services.claim_job(job_id="j", worker="w1")
+    services.begin_side_effect(lease=lease)
+    services.record_success(lease=lease, result_ref="r")
+    with pytest.raises(services.ClaimRefused) as refused:
+        services.claim_job(job_id="j", worker="w2")
+    assert refused.value.reason == "duplicate_delivery"
+    assert "job is succeeded" in str(refused.value)
+    assert Attempt.objects.count() == 1
+
+
+def test_an_expired_lease_before_any_side_effect_is_dead_lettered_and_the_next_attempt_leased():
+    make_job("j")
+    services.claim_job(job_id="j", worker="w1")
+    expire_lease("j")
+    lease = services.claim_job(job_id="j", worker="w2")
+    first, second = Attempt.objects.order_by("number")
+    assert (first.delivery_state, first.execution_state, first.side_effect_state) == (
+        "dead_lettered", "failed", "not_attempted")
+    assert "expired before any side effect" in first.error
+    assert (second.number, second.execution_state, second.lease_owner, second.lease_token) == (
+        2, "running", "w2", 2)
+    assert lease.token == 2
+    assert event_kinds("j") == ["enqueued", "claimed", "lease_expired_reclaimed", "attempt_opened", "claimed"]
+    assert Job.objects.get(job_id="j").idempotency_key == "reckon.echo:j"
+
+
+def test_an_expired_lease_after_the_side_effect_started_becomes_unknown_and_blocks_the_claim():
+    make_job("j")
+    lease = services.claim_job(job_id="j", worker="w1")
+    services.begin_side_effect(lease=lease)
+    expire_lease("j")
+    with pytest.raises(services.ClaimRefused) as refused:
+        services.claim_job(job_id="j", worker="w2")
+    assert refused.value.reason == "previous_attempt_unknown"
+    attempt = Attempt.objects.get()
+    assert (attempt.execution_state, attempt.side_effect_state) == ("unknown", "ambiguous")
+    assert Job.objects.get(job_id="j").status == "needs_reconciliation"
+    assert event_kinds("j")[-2:] == ["lease_expired_unknown", "claim_refused"]
+
+
+def test_an_unknown_attempt_blocks_every_retry():
+    """The invariant: no new attempt while a previous one is unknown."""
+    make_job("j")
+    lease = services.claim_job(job_id="j", worker="w1")
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="connection reset after sending")
+    for worker in ("w2", "w3"):
+        with pytest.raises(services.ClaimRefused, match="is unknown") as refused:
+            services.claim_job(job_id="j", worker=worker)
+        assert refused.value.reason == "previous_attempt_unknown"
+    assert Attempt.objects.count() == 1
+    assert Job.objects.get(job_id="j").lease_seq == 1
+
+
+def test_a_blocked_attempt_blocks_the_claim():
+    make_job("j", identity={"account": "acme-main"})
+    lease = services.claim_job(job_id="j", worker="w1")
+    with pytest.raises(services.IdentityMismatch):
+        services.verify_identity(lease=lease, observed={"account": "someone-else"})
+    with pytest.raises(services.ClaimRefused) as refused:
+        services.claim_job(job_id="j", worker="w2")
+    assert refused.value.reason == "attempt_blocked"
+
+
+def test_attempts_are_bounded_by_the_actions_max_attempts():
+    make_job("j")  # reckon.echo allows 3 attempts
+    for worker in ("w1", "w2", "w3"):
+        services.claim_job(job_id="j", worker=worker)
+        expire_lease("j")
+    with pytest.raises(services.ClaimRefused) as refused:
+        services.claim_job(job_id="j", worker="w4")
+    assert refused.value.reason == "attempts_exhausted"
+    assert Attempt.objects.count() == 3
+    assert Job.objects.get(job_id="j").status == "failed"
+    assert event_kinds("j")[-1] == "attempts_exhausted"
+
+
+def test_claiming_a_job_that_does_not_exist_is_a_clear_error():
+    with pytest.raises(services.LedgerError, match="no job with id 'nope'"):
+        services.claim_job(job_id="nope", worker="w1")

@@ -1,0 +1,75 @@
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from ledger import services
+from ledger.invariants import find_violations
+from tests.conftest import expire_lease, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _broken() -> dict[str, int]:
+    return {f.check: f.count for f in find_violations() if f.count}
+
+
+def _workload():
+    make_job("ok")
+    lease = services.claim_job(job_id="ok", worker="w")
+    services.begin_side_effect(lease=lease)
+    services.record_success(lease=lease, result_ref="r")
+    make_job("lost")
+    lease = services.claim_job(job_id="lost", worker="w")
+    services.begin_side_effect(lease=lease)
+    expire_lease("lost")
+    services.sweep_expired_leases()
+    make_job("queued")
+
+
+def test_it_is_clean_after_real_work(capsys):
+    _workload()
+    assert _broken() == {}
+    call_command("ledger_check")
+    assert "all 10 invariants hold" in capsys.readouterr().out
+
+
+def _raw(statement: str, params=()):
+    with connection.cursor() as cursor:
+        if statement.startswith("ALTER"):  # deferred FK checks of this test's transaction must run first
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(statement, params)
+
+
+@pytest.mark.parametrize("tamper, check", [
+    ("UPDATE ledger_job SET status = 'succeeded' WHERE job_id = 'queued'", "status_disagrees"),
+    ("UPDATE ledger_job SET status = 'running' WHERE job_id = 'queued'", "job_change_without_event"),
+    ("UPDATE ledger_attempt SET lease_token = 99 WHERE lease_token IS NOT NULL", "fencing_token_ahead"),
+    ("UPDATE ledger_attempt SET delivery_state = 'dead_lettered' "
+     "WHERE job_id = (SELECT id FROM ledger_job WHERE job_id = 'ok')", "attempt_change_without_event"),
+])
+def test_it_finds_a_state_changed_behind_the_ledgers_back(tamper, check):
+    _workload()
+    _raw(tamper)
+    assert check in _broken()
+    with pytest.raises(CommandError, match=check):
+        call_command("ledger_check")
+
+
+def test_it_finds_constraint_violations_when_the_constraints_are_gone():
+    """Belt and braces: the check does not rely on the constraints being present."""
+    _workload()
+    _raw("ALTER TABLE ledger_attempt DROP CONSTRAINT attempt_succeeded_consistent")
+    _raw("DROP INDEX attempt_one_live_per_job")
+    _raw("UPDATE ledger_attempt SET side_effect_state = 'ambiguous' WHERE execution_state = 'succeeded'")
+    _raw("INSERT INTO ledger_attempt (job_id, number, delivery_state, execution_state, side_effect_state, "
+         "lease_owner, result_ref, error, version) SELECT id, 2, 'queued', 'not_started', 'not_attempted', "
+         "'', '', '', 1 FROM ledger_job WHERE job_id = 'queued'")
+    broken = _broken()
+    assert broken["inconsistent_attempt"] == 1
+    assert broken["two_live_attempts"] == 1
+
+
+def test_it_reports_a_disabled_history_trigger():
+    _workload()
+    _raw("ALTER TABLE ledger_ledgerevent DISABLE TRIGGER ALL")
+    assert "history_not_protected" in _broken()
