@@ -20,6 +20,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 DB_NAME = "reckon"
 DB_USER = "postgres"
+DEBIAN_BINDIRS = "/usr/lib/postgresql/*/bin"
 
 
 class LocalDatabaseError(RuntimeError):
@@ -33,7 +34,7 @@ def find_bindir() -> Path:
     on_path = shutil.which("pg_ctl")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
+    candidates += [Path(p) for p in sorted(glob.glob(DEBIAN_BINDIRS), reverse=True)]
     for folder in candidates:
         if (folder / "initdb").exists() and (folder / "pg_ctl").exists() and (folder / "postgres").exists():
             return folder

@@ -138,6 +138,11 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Static files come from the finders unless `collectstatic` has filled STATIC_ROOT (production).
+if not STATIC_ROOT.exists():
+    import warnings
+
+    warnings.filterwarnings("ignore", message="No directory at")
 
 # django-q2 on the same PostgreSQL. Its ORM broker is at-least-once with no fencing: Reckon's
 # own ledger provides leases and compare-and-set. `timeout` < `retry`, and a small prefetch so

@@ -1,0 +1,85 @@
+"""`make run`: one foreground process supervising the web server, workers and sweeper.
+
+Each child runs in its own session so a terminal's Ctrl-C reaches only us; we then stop the
+children in order (SIGTERM, a bounded wait, SIGKILL of whatever is left in their groups) and
+leave nothing running. If any child dies on its own, the whole stack stops and says which.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+
+def stack_children(*, host: str, port: int, workers: int) -> list[Child]:
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    return [
+        Child("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"{host}:{port}",
+                      "--workers", str(workers), "--threads", "4", "--graceful-timeout", "5",
+                      "--error-logfile", "-"]),
+        Child("qcluster", manage + ["qcluster"]),
+        Child("sweeper", manage + ["sweep_leases", "--loop"]),
+    ]
+
+
+class Stack:
+    def __init__(self, children: list[Child], *, out=sys.stdout):
+        self.children = children
+        self.out = out
+        self._stopping = False
+
+    def start(self) -> None:
+        for child in self.children:
+            child.process = subprocess.Popen(child.argv, cwd=settings.BASE_DIR, start_new_session=True)
+            self.out.write(f"started {child.name} (pid {child.process.pid})\n")
+        self.out.flush()
+
+    def wait(self) -> int:
+        """Block until a signal asks us to stop, or a child dies; then stop everything."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._request_stop)
+        died = None
+        while not self._stopping and died is None:
+            died = next((c for c in self.children if c.process.poll() is not None), None)
+            time.sleep(0.2)  # supervision pacing, not synchronisation
+        if died is not None:
+            self.out.write(f"{died.name} exited with code {died.process.returncode}; stopping the stack\n")
+        self.stop()
+        return 1 if died is not None else 0
+
+    def _request_stop(self, signum, frame) -> None:
+        self._stopping = True
+
+    def stop(self, grace: float = 10.0) -> None:
+        for child in reversed(self.children):
+            if child.process and child.process.poll() is None:
+                child.process.terminate()
+        deadline = time.monotonic() + grace
+        for child in self.children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # anything left in the child's group (qcluster's workers, gunicorn's) goes too
+                os.killpg(child.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.process.wait()
+            self.out.write(f"stopped {child.name}\n")
+        self.out.flush()

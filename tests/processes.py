@@ -1,0 +1,86 @@
+"""Real processes for end-to-end tests: a django-q2 cluster on the test database, and waiting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05,
+             message: str = "condition") -> object:
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+def database_url_of_tests() -> str:
+    """The URL of the database this test process uses (pytest-django's test database)."""
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgresql://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+class ManagedProcess:
+    """A child process in its own process group, killed with its children on stop()."""
+
+    def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process"):
+        self.argv = argv
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> ManagedProcess:
+        log = open(self.log_path, "w")
+        self.process = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def qcluster(*, workers: int = 2, env: dict | None = None) -> ManagedProcess:
+    """A real `manage.py qcluster` against the test database."""
+    return ManagedProcess([sys.executable, str(ROOT / "manage.py"), "qcluster"],
+                          env={"DATABASE_URL": database_url_of_tests(), "RECKON_Q_WORKERS": str(workers),
+                               **(env or {})}, log_name="qcluster")
