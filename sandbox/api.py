@@ -145,6 +145,7 @@ ROUTES = (
     route(r"/_health", {"GET": "health"}, "internal"),
 )
 
+
 class App:
     def __init__(self, store: Store, faults: FaultConfig | None = None):
         self.store = store
@@ -188,7 +189,8 @@ class App:
         for candidate in ROUTES:
             found = candidate.pattern.fullmatch(path)
             if found:
-                return candidate, {name: unquote(value) for name, value in found.groupdict().items()}
+                params = {name: unquote(value) for name, value in found.groupdict().items()}
+                return candidate, params
         raise ApiError(404, f"no such endpoint: {path}")
 
     def _run(self, request: Request, faults: Faults, creates: bool, handler, params: dict):
@@ -230,7 +232,9 @@ class App:
         description = body.get("description")
         if description is not None:
             description = text(body, "description", empty_ok=True)
-        metadata = body.get("metadata") or {}
+        metadata = body.get("metadata")
+        if metadata is None:
+            metadata = {}
         if not isinstance(metadata, dict) or not all(
                 isinstance(value, str) for value in metadata.values()):
             raise ApiError(400, "metadata must be an object of string keys to string values")

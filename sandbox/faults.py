@@ -87,7 +87,8 @@ def parse_header(value: str | None) -> Faults:
 class FaultConfig:
     """Configured fault rates, shared by all request threads."""
 
-    def __init__(self, rates: dict | None = None, latency: dict | None = None, seed: int | None = None):
+    def __init__(self, rates: dict | None = None, latency: dict | None = None,
+                 seed: int | None = None):
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         self._rates = {kind: 0.0 for kind in KINDS}
@@ -109,7 +110,8 @@ class FaultConfig:
             raise FaultError("the fault configuration must be a JSON object")
         unknown = sorted(set(data) - {"rates", "latency", "seed"})
         if unknown:
-            raise FaultError(f"unknown field(s) {', '.join(unknown)}; allowed: rates, latency, seed")
+            raise FaultError(
+                f"unknown field(s) {', '.join(unknown)}; allowed: rates, latency, seed")
         rates = self._parse_rates(data.get("rates") or {})
         latency = self._parse_latency(data.get("latency") or {})
         seed = data.get("seed")
@@ -132,11 +134,13 @@ class FaultConfig:
             raise FaultError("rates must be an object like {\"error_5xx\": 0.1}")
         unknown = sorted(set(rates) - set(KINDS))
         if unknown:
-            raise FaultError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+            raise FaultError(
+                f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
         parsed = {}
         for kind in KINDS:
             value = rates.get(kind, 0.0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not 0 <= value <= 1:
                 raise FaultError(f"rates.{kind} must be a number between 0 and 1, got {value!r}")
             parsed[kind] = float(value)
         if sum(parsed.values()) > 1 + 1e-9:

@@ -181,7 +181,7 @@ class Store:
 
     def create_invoice(self, params: dict, key: str | None, marker: str | None,
                        rollback: bool = False) -> tuple[dict, bool]:
-        """Returns (invoice, replayed). Raises Refused(422) when a key is reused with another body."""
+        """Returns (invoice, replayed); Refused(422) when a key is reused with another body."""
         digest = request_hash(params)
         with self.writing(rollback) as conn:
             if key is not None and not self._forgets_keys(conn):

@@ -1,0 +1,185 @@
+"""Run the sandbox provider as a real subprocess, for tests and tools.
+
+    with SandboxProcess() as sandbox:
+        status, headers, body = sandbox.request("POST", "/messages", {...})
+
+The process gets a free port and (unless ``db_path`` is given) a temporary SQLite file that is
+removed on ``stop()``. Start-up waits, with a bound, until ``GET /_health`` answers from this
+very process (its pid is in the answer).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+class SandboxError(RuntimeError):
+    """The sandbox process could not be started."""
+
+
+@dataclass
+class SandboxResponse:
+    status: int
+    headers: http.client.HTTPMessage
+    json: dict
+
+    def __iter__(self):  # status, headers, body = sandbox.request(...)
+        return iter((self.status, self.headers, self.json))
+
+
+def call(url: str, method: str, path: str, body: object = None, headers: dict | None = None,
+         timeout: float = 10.0, raw: bytes | None = None) -> SandboxResponse:
+    """One HTTP request on a fresh connection. A dropped response raises (ConnectionError or
+    http.client.RemoteDisconnected), as it would in a real client."""
+    host_port = url.split("://", 1)[-1].rstrip("/")
+    connection = http.client.HTTPConnection(host_port, timeout=timeout)
+    try:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        connection.request(method, path, body=data, headers=all_headers)
+        response = connection.getresponse()
+        payload = response.read()
+        return SandboxResponse(response.status, response.headers,
+                               json.loads(payload) if payload else {})
+    finally:
+        connection.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+class SandboxProcess:
+    def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1",
+                 port: int | None = None, fault_rate: float = 0.0, seed: int | None = None,
+                 startup_timeout: float = 15.0, stop_timeout: float = 5.0):
+        self._tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-sandbox-"))
+        self.db_path = Path(db_path) if db_path else self._tmpdir / "sandbox.sqlite3"
+        self.host, self.port, self._fixed_port = host, port, port is not None
+        self.fault_rate, self.seed = fault_rate, seed
+        self.startup_timeout, self.stop_timeout = startup_timeout, stop_timeout
+        self.log_path = self.db_path.with_suffix(".log")
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise SandboxError("the sandbox is not running")
+        return self.process.pid
+
+    def start(self) -> SandboxProcess:
+        if self.process is not None and self.process.poll() is None:
+            return self
+        # Reuse the last port first (restart keeps the URL); a free port found by probing can be
+        # taken by someone else before the child binds it, so try a few when not fixed.
+        ports = [self.port] if self.port else []
+        if not self._fixed_port:
+            ports += [None, None, None]
+        for port in ports:
+            self.port = port or free_port(self.host)
+            if self._launch():
+                return self
+        raise SandboxError(f"the sandbox did not start on {self.url}:\n{self._log_tail()}")
+
+    def _launch(self) -> bool:
+        command = [sys.executable, "-m", "sandbox.server", "--host", self.host,
+                   "--port", str(self.port), "--db", str(self.db_path),
+                   "--fault-rate", str(self.fault_rate)]
+        if self.seed is not None:
+            command += ["--seed", str(self.seed)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT),
+                                                           os.environ.get("PYTHONPATH")]))}
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._healthy():
+                return True
+            try:
+                self.process.wait(timeout=0.05)  # returns at once if the child died
+                return False
+            except subprocess.TimeoutExpired:
+                continue
+        self.stop(cleanup=False)
+        raise SandboxError(f"the sandbox did not answer /_health within {self.startup_timeout}s"
+                           f" on {self.url}:\n{self._log_tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            response = call(self.url, "GET", "/_health", timeout=1.0)
+        except OSError:
+            return False
+        return response.status == 200 and response.json.get("pid") == self.process.pid
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, cleanup: bool = True) -> int | None:
+        """SIGTERM, then SIGKILL after ``stop_timeout``; returns the exit code."""
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(timeout=self.stop_timeout)
+            code = self.process.returncode
+            self.process = None
+        if cleanup and self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        return code
+
+    def restart(self) -> SandboxProcess:
+        """Stop and start again on the same store (on the same port if it is still free)."""
+        self.stop(cleanup=False)
+        return self.start()
+
+    def __enter__(self) -> SandboxProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # -- client helpers --------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: object = None, headers: dict | None = None,
+                timeout: float = 10.0, raw: bytes | None = None) -> SandboxResponse:
+        return call(self.url, method, path, body, headers, timeout, raw)
+
+    def reset(self) -> None:
+        response = self.request("POST", "/_admin/reset")
+        if response.status != 200:
+            raise SandboxError(f"reset failed: {response.status} {response.json}")
+
+    def effects(self, key: str | None = None, marker: str | None = None) -> dict:
+        query = urlencode({name: value for name, value in (("key", key), ("marker", marker))
+                           if value is not None})
+        return self.request("GET", "/_effects" + (f"?{query}" if query else "")).json
