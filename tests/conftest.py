@@ -11,9 +11,10 @@ from ledger.models import Attempt, Job
 
 
 @pytest.fixture(autouse=True)
-def _no_dispatch(settings):
+def _test_settings(settings):
     """Unit tests drive the worker loop by hand; tests with real clusters turn dispatch back on."""
     settings.RECKON_DISPATCH = False
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def make_job(job_id: str = "job-1", *, action: str = "reckon.echo", tenant: str = "acme",

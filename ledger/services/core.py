@@ -1,0 +1,149 @@
+"""The mechanics every transition shares: the job lock, the CAS update, the event.
+
+Only modules of the transition layer (ledger.services.*, reconciliation.services,
+approvals.services) may call these; everything else calls the public service functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import DateTimeField, F, Func
+from django.db.models.functions import Now
+
+from ledger.actions import get_action
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import JobStatus
+
+
+class LedgerError(Exception):
+    """A refused operation. The ledger is unchanged except for the event recording the refusal."""
+
+
+class InvalidJob(LedgerError):
+    pass
+
+
+class JobConflict(LedgerError):
+    pass
+
+
+class ClaimRefused(LedgerError):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class StaleLease(LedgerError):
+    """A write by a worker whose lease is no longer the current one: rejected and recorded."""
+
+
+class IdentityMismatch(LedgerError):
+    pass
+
+
+class ClockTimestamp(Func):
+    """The database clock, advancing within a transaction (unlike now())."""
+
+    template = "clock_timestamp()"
+    output_field = DateTimeField()
+
+
+@dataclass(frozen=True)
+class Lease:
+    job_id: str
+    attempt_id: int
+    attempt_number: int
+    owner: str
+    token: int
+    expires_at: datetime
+
+
+def lock_job(*, job_id: str, skip_locked: bool = False) -> Job | None:
+    query = Job.objects.select_for_update(skip_locked=skip_locked).annotate(db_now=ClockTimestamp())
+    if skip_locked:
+        return query.filter(job_id=job_id).first()
+    try:
+        return query.get(job_id=job_id)
+    except Job.DoesNotExist:
+        raise LedgerError(f"no job with id {job_id!r}") from None
+
+
+def latest_attempt(job: Job) -> Attempt:
+    return Attempt.objects.filter(job=job).order_by("-number").first()
+
+
+def transition(job: Job, attempt: Attempt, *, actor_type: str, actor: str, kind: str,
+                job_status: str | None = None, note: str = "", evidence: dict | None = None,
+                **attempt_fields) -> LedgerEvent:
+    """Change the attempt (compare-and-set on its version) and the job, and record the event."""
+    before = snapshot(job, attempt)
+    changed = Attempt.objects.filter(pk=attempt.pk, version=attempt.version).update(
+        version=F("version") + 1, updated_at=Now(), **attempt_fields)
+    if changed != 1:
+        raise RuntimeError(f"attempt {attempt.pk} changed under the job lock; this is a bug")
+    for name, value in attempt_fields.items():
+        setattr(attempt, name, value)
+    attempt.version += 1
+    if job_status:
+        set_job_status(job, job_status)
+    return record_event(job, attempt, actor_type=actor_type, actor=actor, kind=kind, before=before,
+                  after=snapshot(job, attempt), note=note, evidence=evidence or {})
+
+
+def set_job_status(job: Job, status: str) -> None:
+    if job.status != status:
+        Job.objects.filter(pk=job.pk).update(status=status, updated_at=Now())
+        job.status = status
+
+
+def snapshot(job: Job, attempt: Attempt | None) -> dict:
+    snapshot = {"job": job.status}
+    if attempt is not None:
+        snapshot |= {"attempt": attempt.number, **attempt.states}
+    return snapshot
+
+
+def record_event(job: Job, attempt: Attempt | None, *, actor_type: str, actor: str, kind: str, before: dict,
+           after: dict, note: str = "", evidence: dict | None = None) -> LedgerEvent:
+    return LedgerEvent.objects.create(job=job, attempt=attempt, actor_type=actor_type, actor=actor[:200],
+                                      kind=kind, before=before, after=after, note=note,
+                                      evidence=evidence or {})
+
+
+def dispatch_run(job: Job) -> None:
+    """Hand the job to a django-q2 worker once this transaction has committed."""
+    if settings.RECKON_DISPATCH:
+        job_id = job.job_id
+        transaction.on_commit(lambda: _enqueue_run(job_id))
+
+
+def _enqueue_run(job_id: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task("ledger.tasks.run_job", job_id, task_name=f"run_job:{job_id}"[:100])
+
+
+def open_next_attempt(job: Job, previous: Attempt, *, actor: str, actor_type: str,
+                      note: str = "") -> Attempt | None:
+    """Queue the next attempt with the same idempotency key, or fail the job when none is left.
+
+    The caller holds the job lock and has already closed `previous` (no live attempt remains).
+    """
+    action = get_action(job.action)
+    if previous.number >= action.max_attempts:
+        set_job_status(job, JobStatus.FAILED)
+        record_event(job, previous, actor_type=actor_type, actor=actor, kind="attempts_exhausted",
+               before=snapshot(job, previous), after=snapshot(job, previous),
+               note=f"all {action.max_attempts} attempts used; the job has failed")
+        return None
+    attempt = Attempt.objects.create(job=job, number=previous.number + 1)
+    before = {"job": job.status}
+    set_job_status(job, JobStatus.PENDING)
+    record_event(job, attempt, actor_type=actor_type, actor=actor, kind="attempt_opened", before=before,
+           after=snapshot(job, attempt), note=note or f"attempt {attempt.number} queued with the same key",
+           evidence={"idempotency_key": job.idempotency_key, "previous_attempt": previous.number})
+    return attempt

@@ -1,0 +1,73 @@
+"""Enqueueing: a job and its first attempt, idempotent on the caller's job id."""
+
+from __future__ import annotations
+
+import json
+
+from django.db import IntegrityError, transaction
+
+from ledger.actions import get_action
+from ledger.models import Attempt, Job
+from ledger.services.core import InvalidJob, JobConflict, dispatch_run, record_event, snapshot
+from ledger.states import ActorType
+
+
+def idempotency_key_for(*, action: str, job_id: str) -> str:
+    return f"{action}:{job_id}"
+
+
+def enqueue_job(*, job_id: str, tenant: str, action: str, payload, identity=None,
+                actor: str = "system", actor_type: str = ActorType.SYSTEM) -> Job:
+    """Create a job and its first attempt; idempotent on `job_id`."""
+    job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
+    get_action(action)  # raises UnknownAction with the list of known ones
+    payload = json_object("payload", payload)
+    identity = json_object("identity", identity or {})
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(job_id=job_id, tenant=tenant, action=action, payload=payload,
+                                     identity=identity,
+                                     idempotency_key=idempotency_key_for(action=action, job_id=job_id))
+            attempt = Attempt.objects.create(job=job, number=1)
+            record_event(job, attempt, actor_type=actor_type, actor=actor, kind="enqueued",
+                   before={}, after=snapshot(job, attempt))
+            dispatch_run(job)
+            return job
+    except IntegrityError:
+        pass  # the job exists (perhaps created concurrently): compare and return it
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(job_id=job_id)
+        differing = [name for name, value in (("tenant", tenant), ("action", action),
+                                              ("payload", payload), ("identity", identity))
+                     if getattr(job, name) != value]
+        if differing:
+            raise JobConflict(f"job {job_id!r} already exists with a different "
+                              f"{', '.join(differing)}; a job id may be reused only for the same work")
+        record_event(job, None, actor_type=actor_type, actor=actor, kind="enqueue_repeated",
+               before={"job": job.status}, after={"job": job.status},
+               note="the same job was enqueued again; the existing job is returned")
+    return job
+
+
+def clean_text(name: str, value, limit: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidJob(f"{name} must be a non-empty string")
+    value = value.strip()
+    if len(value) > limit:
+        raise InvalidJob(f"{name} is longer than {limit} characters")
+    return value
+
+
+def json_object(name: str, value) -> dict:
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InvalidJob(f"{name} is not valid JSON: {exc}") from None
+    try:
+        value = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"{name} must be JSON-serialisable: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidJob(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
