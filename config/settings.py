@@ -165,6 +165,14 @@ Q_CLUSTER = {
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = float(os.environ.get("RECKON_SWEEP_INTERVAL", "5"))
+# The providers the demo actions call (the sandbox by default; any service with its contract).
+RECKON_SANDBOX_URL = os.environ.get("RECKON_SANDBOX_URL", "http://127.0.0.1:8765").rstrip("/")
+RECKON_BILLING_URL = os.environ.get("RECKON_BILLING_URL", RECKON_SANDBOX_URL).rstrip("/")
+RECKON_MAIL_URL = os.environ.get("RECKON_MAIL_URL", RECKON_SANDBOX_URL).rstrip("/")
+RECKON_PUBLISH_URL = os.environ.get("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL).rstrip("/")
+RECKON_VAULT_URL = os.environ.get("RECKON_VAULT_URL", RECKON_SANDBOX_URL).rstrip("/")
+RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
+RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
 # Dispatch run_job to django-q2 when a job is enqueued or reopened.
 RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
 

@@ -54,7 +54,8 @@ class Action:
     queryable: bool = False
     max_attempts: int = 3
     lease_ttl: timedelta = timedelta(seconds=30)
-    reconciler: Callable | None = None
+    # Dotted path of the reconciler (reconciliation.reconcilers.*): it lives in another app.
+    reconciler: str | None = None
     # Reads the identity the worker actually runs as (profile, account); None: no binding.
     observe_identity: Callable[[Job], dict] | None = None
 
@@ -99,3 +100,6 @@ def _echo(job: Job) -> Outcome:
 def load_builtin_actions() -> None:
     register(Action(name="reckon.echo", executor=_echo, reversible=True, queryable=False,
                     max_attempts=3, lease_ttl=timedelta(seconds=30)))
+    from ledger.demo_actions import load_demo_actions
+
+    load_demo_actions()

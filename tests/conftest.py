@@ -64,3 +64,34 @@ def auditor(db) -> User:
 @pytest.fixture
 def admin_user(db) -> User:
     return _persona("root", None, is_staff=True, is_superuser=True)
+
+
+@pytest.fixture(scope="session")
+def sandbox_process():
+    """One real sandbox provider process for the session (its own SQLite store)."""
+    from sandbox.testing import SandboxProcess
+
+    with SandboxProcess() as process:
+        yield process
+
+
+@pytest.fixture
+def sandbox(sandbox_process):
+    """The running sandbox provider, wiped clean (data, profiles, fault configuration)."""
+    if sandbox_process.process is None or sandbox_process.process.poll() is not None:
+        sandbox_process.start()  # a test killed it on purpose
+    sandbox_process.reset()
+    return sandbox_process
+
+
+@pytest.fixture
+def provider(sandbox, settings):
+    """The sandbox, with every demo action's provider URL pointing at it."""
+    for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT"):
+        setattr(settings, f"RECKON_{name}_URL", sandbox.url)
+    return sandbox
+
+
+def sandbox_env(sandbox) -> dict:
+    """Environment for a worker process that must call this sandbox."""
+    return {f"RECKON_{name}_URL": sandbox.url for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT")}

@@ -1,0 +1,96 @@
+"""The four demo actions, against the sandbox provider or any provider with the same contract.
+
+Every call carries the job's idempotency key and its marker (the same string), so the effect
+can be found later by key or by marker. Classification is honest: 2xx -> Succeeded; a 4xx or
+a connection refused before sending -> Failed (nothing happened); a 5xx, a timeout or a
+dropped response -> Unknown (it may have happened).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import quote
+
+from django.conf import settings
+
+from ledger.actions import Action, Failed, Outcome, Succeeded, Unknown, register
+from ledger.models import Job
+from ledger.providers import NoAnswer, NotSent, Reply, call
+
+MARKER_HEADER = "X-Reckon-Marker"
+
+
+def _headers(job: Job) -> dict:
+    return {"Idempotency-Key": job.idempotency_key, MARKER_HEADER: job.idempotency_key}
+
+
+def _send(job: Job, method: str, url: str, body: dict | None, *, headers: dict | None = None,
+          result_field: str = "id") -> Outcome:
+    try:
+        reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})})
+    except NotSent as exc:
+        return Failed(error=str(exc), retryable=True, evidence={"sent": False})
+    except NoAnswer as exc:
+        return Unknown(reason=str(exc), evidence={"sent": True})
+    return classify(reply, result_field=result_field)
+
+
+def classify(reply: Reply, *, result_field: str) -> Outcome:
+    evidence = {"status": reply.status, "body": reply.body}
+    if reply.ok:
+        return Succeeded(result_ref=str(reply.body.get(result_field, "")), evidence=evidence)
+    if reply.status == 429:
+        return Failed(error=f"429 rate limited: {reply.error}", retryable=True, evidence=evidence)
+    if 400 <= reply.status < 500:
+        return Failed(error=f"{reply.status}: {reply.error}", evidence=evidence)
+    return Unknown(reason=f"{reply.status} from provider: {reply.error}", evidence=evidence)
+
+
+def create_invoice(job: Job) -> Outcome:
+    p = job.payload
+    body = {"customer": p.get("customer"), "amount_cents": p.get("amount_cents"),
+            "currency": p.get("currency", "EUR"), "description": p.get("description", ""),
+            "metadata": {"reckon_marker": job.idempotency_key, "reckon_job": job.job_id}}
+    return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body)
+
+
+def send_mail(job: Job) -> Outcome:
+    p = job.payload
+    body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
+    return _send(job, "POST", f"{settings.RECKON_MAIL_URL}/messages", body, result_field="message_id")
+
+
+def observe_profile(job: Job) -> dict:
+    """What the browser profile is logged into right now (raises if it cannot be read)."""
+    profile = job.identity.get("profile", "")
+    reply = call("GET", f"{settings.RECKON_PUBLISH_URL}/profiles/{quote(profile, safe='')}")
+    if not reply.ok:
+        raise RuntimeError(f"profile {profile!r}: {reply.status} {reply.error}")
+    return {"profile": reply.body.get("profile"), "account": reply.body.get("account"),
+            "session": reply.body.get("session")}
+
+
+def publish_post(job: Job) -> Outcome:
+    body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
+    return _send(job, "POST", f"{settings.RECKON_PUBLISH_URL}/posts", body,
+                 headers={"X-Profile": job.identity.get("profile", "")}, result_field="post_id")
+
+
+def rotate_credential(job: Job) -> Outcome:
+    name = quote(str(job.payload.get("name", "")), safe="")
+    return _send(job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {},
+                 result_field="version")
+
+
+def load_demo_actions() -> None:
+    ttl = timedelta(seconds=settings.RECKON_DEMO_LEASE_TTL)
+    register(Action(name="billing.create_invoice", executor=create_invoice, reversible=True,
+                    queryable=True, max_attempts=3, lease_ttl=ttl,
+                    reconciler="reconciliation.reconcilers.invoice"))
+    register(Action(name="mail.send", executor=send_mail, reversible=True, queryable=True,
+                    max_attempts=3, lease_ttl=ttl, reconciler="reconciliation.reconcilers.mail"))
+    register(Action(name="social.publish_post", executor=publish_post, reversible=True, queryable=True,
+                    max_attempts=3, lease_ttl=ttl, reconciler="reconciliation.reconcilers.post",
+                    observe_identity=observe_profile))
+    register(Action(name="vault.rotate_credential", executor=rotate_credential, reversible=False,
+                    queryable=False, max_attempts=3, lease_ttl=ttl))

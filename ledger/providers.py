@@ -1,0 +1,66 @@
+"""Calling a provider over HTTP and saying honestly what we know afterwards.
+
+The one distinction that matters: did the request leave this process? A connection that was
+refused never sent anything (safe to retry). Once the request is on the wire, a timeout, a
+reset or an empty reply proves nothing: the effect may have happened.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+
+class NotSent(Exception):
+    """The request never reached the provider (connection refused, no route, DNS)."""
+
+
+class NoAnswer(Exception):
+    """The request was sent, but no complete answer came back: the outcome is unknown."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def error(self) -> str:
+        return str(self.body.get("error") or self.body)[:500]
+
+
+def call(method: str, url: str, *, body: dict | None = None, headers: dict | None = None,
+         timeout: float | None = None) -> Reply:
+    parts = urlsplit(url)
+    timeout = timeout if timeout is not None else settings.RECKON_PROVIDER_TIMEOUT
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    try:
+        try:
+            connection.connect()
+        except OSError as exc:
+            raise NotSent(f"could not connect to {parts.netloc}: {exc}") from exc
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            connection.request(method, path or "/", body=data,
+                               headers={"Content-Type": "application/json", **(headers or {})})
+            response = connection.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException, socket.timeout) as exc:
+            raise NoAnswer(f"{method} {url}: {type(exc).__name__}: {exc or 'connection closed'}") from exc
+        try:
+            decoded = json.loads(raw) if raw else {}
+        except ValueError:
+            decoded = {"text": raw[:500].decode(errors="replace")}
+        return Reply(response.status, decoded if isinstance(decoded, dict) else {"value": decoded})
+    finally:
+        connection.close()
