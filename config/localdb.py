@@ -107,13 +107,42 @@ def ensure_cluster() -> dict:
         if os.geteuid() == 0:
             shutil.chown(folder, "postgres", "postgres")
         if not (data / "PG_VERSION").exists():
-            _run(prefix + [str(bindir / "initdb"), "-D", str(data), "-U", DB_USER, "-A", "trust",
-                           "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], "initdb")
+            _run(
+                prefix
+                + [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    DB_USER,
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-sync",
+                ],
+                "initdb",
+            )
         if not _accepting(port):
-            _run(prefix + [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"),
-                           "-w", "-t", "30", "-o",
-                           f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
-                           "-c max_connections=200 -c fsync=on", "start"], "pg_ctl start")
+            _run(
+                prefix
+                + [
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(folder / "server.log"),
+                    "-w",
+                    "-t",
+                    "30",
+                    "-o",
+                    f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
+                    "-c max_connections=200 -c fsync=on",
+                    "start",
+                ],
+                "pg_ctl start",
+            )
         _ensure_database(port)
     return settings
 
@@ -122,16 +151,19 @@ def stop_cluster() -> None:
     folder = _cluster_dir()
     data = folder / "data"
     if (data / "postmaster.pid").exists():
-        _run(_as_postgres() + [str(find_bindir() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                               "stop"], "pg_ctl stop")
+        _run(
+            _as_postgres() + [str(find_bindir() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+            "pg_ctl stop",
+        )
 
 
 def _ensure_database(port: int) -> None:
     import psycopg
 
     try:
-        with psycopg.connect(host="127.0.0.1", port=port, user=DB_USER, dbname="postgres",
-                             autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=port, user=DB_USER, dbname="postgres", autocommit=True, connect_timeout=10
+        ) as conn:
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
                 conn.execute(f'CREATE DATABASE "{DB_NAME}"')
     except psycopg.Error as exc:

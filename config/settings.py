@@ -33,7 +33,9 @@ def envint(name: str, default: int) -> int:
 def database_from_url(url: str) -> dict:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {parts.scheme!r}")
+        raise ValueError(
+            f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {parts.scheme!r}"
+        )
     return {
         "NAME": unquote(parts.path.lstrip("/")) or "reckon",
         "USER": unquote(parts.username or ""),

@@ -28,9 +28,25 @@ class Child:
 def stack_children(*, host: str, port: int, workers: int) -> list[Child]:
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
     return [
-        Child("web", [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"{host}:{port}",
-                      "--workers", str(workers), "--threads", "4", "--graceful-timeout", "5",
-                      "--error-logfile", "-"]),
+        Child(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                str(workers),
+                "--threads",
+                "4",
+                "--graceful-timeout",
+                "5",
+                "--error-logfile",
+                "-",
+            ],
+        ),
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
     ]

@@ -98,8 +98,16 @@ def _echo(job: Job) -> Outcome:
 
 
 def load_builtin_actions() -> None:
-    register(Action(name="reckon.echo", executor=_echo, reversible=True, queryable=False,
-                    max_attempts=3, lease_ttl=timedelta(seconds=30)))
+    register(
+        Action(
+            name="reckon.echo",
+            executor=_echo,
+            reversible=True,
+            queryable=False,
+            max_attempts=3,
+            lease_ttl=timedelta(seconds=30),
+        )
+    )
     from ledger.demo_actions import load_demo_actions
 
     load_demo_actions()

@@ -24,8 +24,15 @@ def _headers(job: Job) -> dict:
     return {"Idempotency-Key": job.idempotency_key, MARKER_HEADER: job.idempotency_key}
 
 
-def _send(job: Job, method: str, url: str, body: dict | None, *, headers: dict | None = None,
-          result_field: str = "id") -> Outcome:
+def _send(
+    job: Job,
+    method: str,
+    url: str,
+    body: dict | None,
+    *,
+    headers: dict | None = None,
+    result_field: str = "id",
+) -> Outcome:
     try:
         reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})})
     except NotSent as exc:
@@ -48,9 +55,13 @@ def classify(reply: Reply, *, result_field: str) -> Outcome:
 
 def create_invoice(job: Job) -> Outcome:
     p = job.payload
-    body = {"customer": p.get("customer"), "amount_cents": p.get("amount_cents"),
-            "currency": p.get("currency", "EUR"), "description": p.get("description", ""),
-            "metadata": {"reckon_marker": job.idempotency_key, "reckon_job": job.job_id}}
+    body = {
+        "customer": p.get("customer"),
+        "amount_cents": p.get("amount_cents"),
+        "currency": p.get("currency", "EUR"),
+        "description": p.get("description", ""),
+        "metadata": {"reckon_marker": job.idempotency_key, "reckon_job": job.job_id},
+    }
     return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body)
 
 
@@ -66,31 +77,75 @@ def observe_profile(job: Job) -> dict:
     reply = call("GET", f"{settings.RECKON_PUBLISH_URL}/profiles/{quote(profile, safe='')}")
     if not reply.ok:
         raise RuntimeError(f"profile {profile!r}: {reply.status} {reply.error}")
-    return {"profile": reply.body.get("profile"), "account": reply.body.get("account"),
-            "session": reply.body.get("session")}
+    return {
+        "profile": reply.body.get("profile"),
+        "account": reply.body.get("account"),
+        "session": reply.body.get("session"),
+    }
 
 
 def publish_post(job: Job) -> Outcome:
     body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
-    return _send(job, "POST", f"{settings.RECKON_PUBLISH_URL}/posts", body,
-                 headers={"X-Profile": job.identity.get("profile", "")}, result_field="post_id")
+    return _send(
+        job,
+        "POST",
+        f"{settings.RECKON_PUBLISH_URL}/posts",
+        body,
+        headers={"X-Profile": job.identity.get("profile", "")},
+        result_field="post_id",
+    )
 
 
 def rotate_credential(job: Job) -> Outcome:
     name = quote(str(job.payload.get("name", "")), safe="")
-    return _send(job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {},
-                 result_field="version")
+    return _send(
+        job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {}, result_field="version"
+    )
 
 
 def load_demo_actions() -> None:
     ttl = timedelta(seconds=settings.RECKON_DEMO_LEASE_TTL)
-    register(Action(name="billing.create_invoice", executor=create_invoice, reversible=True,
-                    queryable=True, max_attempts=3, lease_ttl=ttl,
-                    reconciler="reconciliation.reconcilers.invoice"))
-    register(Action(name="mail.send", executor=send_mail, reversible=True, queryable=True,
-                    max_attempts=3, lease_ttl=ttl, reconciler="reconciliation.reconcilers.mail"))
-    register(Action(name="social.publish_post", executor=publish_post, reversible=True, queryable=True,
-                    max_attempts=3, lease_ttl=ttl, reconciler="reconciliation.reconcilers.post",
-                    observe_identity=observe_profile))
-    register(Action(name="vault.rotate_credential", executor=rotate_credential, reversible=False,
-                    queryable=False, max_attempts=3, lease_ttl=ttl))
+    register(
+        Action(
+            name="billing.create_invoice",
+            executor=create_invoice,
+            reversible=True,
+            queryable=True,
+            max_attempts=3,
+            lease_ttl=ttl,
+            reconciler="reconciliation.reconcilers.invoice",
+        )
+    )
+    register(
+        Action(
+            name="mail.send",
+            executor=send_mail,
+            reversible=True,
+            queryable=True,
+            max_attempts=3,
+            lease_ttl=ttl,
+            reconciler="reconciliation.reconcilers.mail",
+        )
+    )
+    register(
+        Action(
+            name="social.publish_post",
+            executor=publish_post,
+            reversible=True,
+            queryable=True,
+            max_attempts=3,
+            lease_ttl=ttl,
+            reconciler="reconciliation.reconcilers.post",
+            observe_identity=observe_profile,
+        )
+    )
+    register(
+        Action(
+            name="vault.rotate_credential",
+            executor=rotate_credential,
+            reversible=False,
+            queryable=False,
+            max_attempts=3,
+            lease_ttl=ttl,
+        )
+    )

@@ -36,57 +36,90 @@ def _consistency_sql() -> str:
 
 
 def _allowed_status_pairs() -> str:
-    return ", ".join(f"('{execution.value}', '{status.value}')"
-                     for execution, statuses in JOB_STATUS_FOR_LATEST.items() for status in statuses)
+    return ", ".join(
+        f"('{execution.value}', '{status.value}')"
+        for execution, statuses in JOB_STATUS_FOR_LATEST.items()
+        for status in statuses
+    )
 
 
 CHECKS: list[tuple[str, str, str]] = [
-    ("two_live_attempts", "jobs with more than one live attempt",
-     f"""SELECT j.job_id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
+    (
+        "two_live_attempts",
+        "jobs with more than one live attempt",
+        f"""SELECT j.job_id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
          WHERE a.execution_state IN ({_quoted(LIVE_EXECUTION)})
-         GROUP BY j.job_id HAVING count(*) > 1"""),
-    ("inconsistent_attempt", "attempts whose three ledgers contradict each other "
-     "(e.g. succeeded without confirmed, unknown without ambiguous)",
-     f"""SELECT j.job_id || '#' || a.number || ' ' || a.execution_state || '/' || a.side_effect_state
+         GROUP BY j.job_id HAVING count(*) > 1""",
+    ),
+    (
+        "inconsistent_attempt",
+        "attempts whose three ledgers contradict each other "
+        "(e.g. succeeded without confirmed, unknown without ambiguous)",
+        f"""SELECT j.job_id || '#' || a.number || ' ' || a.execution_state || '/' || a.side_effect_state
          || '/' || a.delivery_state FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
-         WHERE {_consistency_sql()}"""),
-    ("running_without_lease", "running attempts without a complete lease",
-     """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
+         WHERE {_consistency_sql()}""",
+    ),
+    (
+        "running_without_lease",
+        "running attempts without a complete lease",
+        """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
         WHERE a.execution_state = 'running'
-          AND (a.lease_owner = '' OR a.lease_token IS NULL OR a.lease_expires_at IS NULL)"""),
-    ("job_without_attempt", "jobs with no attempt at all",
-     """SELECT j.job_id FROM ledger_job j
-        WHERE NOT EXISTS (SELECT 1 FROM ledger_attempt a WHERE a.job_id = j.id)"""),
-    ("status_disagrees", "jobs whose status disagrees with their latest attempt",
-     f"""SELECT j.job_id || ' is ' || j.status || ', latest attempt ' || latest.execution_state
+          AND (a.lease_owner = '' OR a.lease_token IS NULL OR a.lease_expires_at IS NULL)""",
+    ),
+    (
+        "job_without_attempt",
+        "jobs with no attempt at all",
+        """SELECT j.job_id FROM ledger_job j
+        WHERE NOT EXISTS (SELECT 1 FROM ledger_attempt a WHERE a.job_id = j.id)""",
+    ),
+    (
+        "status_disagrees",
+        "jobs whose status disagrees with their latest attempt",
+        f"""SELECT j.job_id || ' is ' || j.status || ', latest attempt ' || latest.execution_state
          FROM ledger_job j
          JOIN LATERAL (SELECT a.execution_state FROM ledger_attempt a WHERE a.job_id = j.id
                        ORDER BY a.number DESC LIMIT 1) latest ON true
-         WHERE (latest.execution_state, j.status) NOT IN ({_allowed_status_pairs()})"""),
-    ("attempt_change_without_event", "attempts whose current states were not written by an event",
-     """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
+         WHERE (latest.execution_state, j.status) NOT IN ({_allowed_status_pairs()})""",
+    ),
+    (
+        "attempt_change_without_event",
+        "attempts whose current states were not written by an event",
+        """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
         LEFT JOIN LATERAL (SELECT e.after FROM ledger_ledgerevent e
                            WHERE e.attempt_id = a.id AND e.after ? 'execution'
                            ORDER BY e.id DESC LIMIT 1) last ON true
         WHERE last.after IS NULL
            OR last.after->>'execution' IS DISTINCT FROM a.execution_state
            OR last.after->>'delivery' IS DISTINCT FROM a.delivery_state
-           OR last.after->>'side_effect' IS DISTINCT FROM a.side_effect_state"""),
-    ("job_change_without_event", "jobs whose current status was not written by an event",
-     """SELECT j.job_id || ' is ' || j.status FROM ledger_job j
+           OR last.after->>'side_effect' IS DISTINCT FROM a.side_effect_state""",
+    ),
+    (
+        "job_change_without_event",
+        "jobs whose current status was not written by an event",
+        """SELECT j.job_id || ' is ' || j.status FROM ledger_job j
         LEFT JOIN LATERAL (SELECT e.after FROM ledger_ledgerevent e WHERE e.job_id = j.id
                            ORDER BY e.id DESC LIMIT 1) last ON true
-        WHERE last.after IS NULL OR last.after->>'job' IS DISTINCT FROM j.status"""),
-    ("fencing_token_reused", "fencing tokens used by two attempts of one job",
-     """SELECT j.job_id || ' token ' || a.lease_token FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
-        WHERE a.lease_token IS NOT NULL GROUP BY j.job_id, a.lease_token HAVING count(*) > 1"""),
-    ("fencing_token_ahead", "attempts holding a fencing token the job never issued",
-     """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
-        WHERE a.lease_token > j.lease_seq"""),
-    ("history_not_protected", "the append-only trigger on the event table is missing or disabled",
-     """SELECT 'ledger_ledgerevent' WHERE NOT EXISTS (
+        WHERE last.after IS NULL OR last.after->>'job' IS DISTINCT FROM j.status""",
+    ),
+    (
+        "fencing_token_reused",
+        "fencing tokens used by two attempts of one job",
+        """SELECT j.job_id || ' token ' || a.lease_token FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
+        WHERE a.lease_token IS NOT NULL GROUP BY j.job_id, a.lease_token HAVING count(*) > 1""",
+    ),
+    (
+        "fencing_token_ahead",
+        "attempts holding a fencing token the job never issued",
+        """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
+        WHERE a.lease_token > j.lease_seq""",
+    ),
+    (
+        "history_not_protected",
+        "the append-only trigger on the event table is missing or disabled",
+        """SELECT 'ledger_ledgerevent' WHERE NOT EXISTS (
             SELECT 1 FROM pg_trigger WHERE tgrelid = 'ledger_ledgerevent'::regclass
-              AND starts_with(tgname, 'pgtrigger_append_only_') AND tgenabled <> 'D')"""),
+              AND starts_with(tgname, 'pgtrigger_append_only_') AND tgenabled <> 'D')""",
+    ),
 ]
 
 
@@ -96,7 +129,12 @@ def find_violations(*, examples: int = 5) -> list[Finding]:
         for name, description, sql in CHECKS:
             cursor.execute(f"SELECT count(*) OVER (), v.* FROM ({sql}) v LIMIT %s", [examples])
             rows = cursor.fetchall()
-            findings.append(Finding(check=name, description=description,
-                                    count=rows[0][0] if rows else 0,
-                                    examples=[str(row[1]) for row in rows]))
+            findings.append(
+                Finding(
+                    check=name,
+                    description=description,
+                    count=rows[0][0] if rows else 0,
+                    examples=[str(row[1]) for row in rows],
+                )
+            )
     return findings

@@ -67,10 +67,12 @@ class Attempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="attempts")
     number = models.PositiveIntegerField()
     delivery_state = models.CharField(max_length=16, choices=Delivery.choices, default=Delivery.QUEUED)
-    execution_state = models.CharField(max_length=16, choices=Execution.choices,
-                                       default=Execution.NOT_STARTED)
-    side_effect_state = models.CharField(max_length=16, choices=SideEffect.choices,
-                                         default=SideEffect.NOT_ATTEMPTED)
+    execution_state = models.CharField(
+        max_length=16, choices=Execution.choices, default=Execution.NOT_STARTED
+    )
+    side_effect_state = models.CharField(
+        max_length=16, choices=SideEffect.choices, default=SideEffect.NOT_ATTEMPTED
+    )
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_token = models.BigIntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -85,18 +87,27 @@ class Attempt(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="attempt_number_unique_per_job"),
-            models.UniqueConstraint(fields=["job"], condition=_one_of("execution_state", LIVE_EXECUTION),
-                                    name="attempt_one_live_per_job"),
-            models.CheckConstraint(condition=_one_of("delivery_state", Delivery), name="attempt_delivery_valid"),
-            models.CheckConstraint(condition=_one_of("execution_state", Execution),
-                                   name="attempt_execution_valid"),
-            models.CheckConstraint(condition=_one_of("side_effect_state", SideEffect),
-                                   name="attempt_side_effect_valid"),
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=_one_of("execution_state", LIVE_EXECUTION),
+                name="attempt_one_live_per_job",
+            ),
+            models.CheckConstraint(
+                condition=_one_of("delivery_state", Delivery), name="attempt_delivery_valid"
+            ),
+            models.CheckConstraint(
+                condition=_one_of("execution_state", Execution), name="attempt_execution_valid"
+            ),
+            models.CheckConstraint(
+                condition=_one_of("side_effect_state", SideEffect), name="attempt_side_effect_valid"
+            ),
             *[
                 models.CheckConstraint(
                     condition=~Q(execution_state=execution)
-                    | (_one_of("side_effect_state", side_effects)
-                       & (_one_of("delivery_state", deliveries) if deliveries else Q())),
+                    | (
+                        _one_of("side_effect_state", side_effects)
+                        & (_one_of("delivery_state", deliveries) if deliveries else Q())
+                    ),
                     name=f"attempt_{execution.value}_consistent",
                 )
                 for execution, (deliveries, side_effects) in CONSISTENCY.items()
@@ -111,8 +122,11 @@ class Attempt(models.Model):
         ]
         indexes = [
             # The sweeper's selection: running attempts by lease expiry, nothing else.
-            models.Index(fields=["lease_expires_at"], name="attempt_running_expiry",
-                         condition=Q(execution_state=Execution.RUNNING)),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="attempt_running_expiry",
+                condition=Q(execution_state=Execution.RUNNING),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -120,16 +134,20 @@ class Attempt(models.Model):
 
     @property
     def states(self) -> dict[str, str]:
-        return {"delivery": self.delivery_state, "execution": self.execution_state,
-                "side_effect": self.side_effect_state}
+        return {
+            "delivery": self.delivery_state,
+            "execution": self.execution_state,
+            "side_effect": self.side_effect_state,
+        }
 
 
 class LedgerEvent(models.Model):
     """One row per state change, refusal, or decision. Never updated, never deleted."""
 
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
-    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, null=True, blank=True,
-                                related_name="events")
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.PROTECT, null=True, blank=True, related_name="events"
+    )
     at = models.DateTimeField(db_default=Now())
     actor_type = models.CharField(max_length=16, choices=ActorType.choices)
     actor = models.CharField(max_length=200)

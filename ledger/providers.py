@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -38,8 +37,14 @@ class Reply:
         return str(self.body.get("error") or self.body)[:500]
 
 
-def call(method: str, url: str, *, body: dict | None = None, headers: dict | None = None,
-         timeout: float | None = None) -> Reply:
+def call(
+    method: str,
+    url: str,
+    *,
+    body: dict | None = None,
+    headers: dict | None = None,
+    timeout: float | None = None,
+) -> Reply:
     parts = urlsplit(url)
     timeout = timeout if timeout is not None else settings.RECKON_PROVIDER_TIMEOUT
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
@@ -51,11 +56,15 @@ def call(method: str, url: str, *, body: dict | None = None, headers: dict | Non
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         data = None if body is None else json.dumps(body).encode()
         try:
-            connection.request(method, path or "/", body=data,
-                               headers={"Content-Type": "application/json", **(headers or {})})
+            connection.request(
+                method,
+                path or "/",
+                body=data,
+                headers={"Content-Type": "application/json", **(headers or {})},
+            )
             response = connection.getresponse()
             raw = response.read()
-        except (OSError, http.client.HTTPException, socket.timeout) as exc:
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
             raise NoAnswer(f"{method} {url}: {type(exc).__name__}: {exc or 'connection closed'}") from exc
         try:
             decoded = json.loads(raw) if raw else {}

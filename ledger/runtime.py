@@ -75,8 +75,9 @@ def execute(job_id: str, *, worker: str | None = None) -> str:
             try:
                 observed = action.observe_identity(job)
             except Exception as exc:  # we could not even look: nothing was sent, try again later
-                services.record_failure(lease=lease, error=f"could not observe identity: {exc}",
-                                        retryable=True)
+                services.record_failure(
+                    lease=lease, error=f"could not observe identity: {exc}", retryable=True
+                )
                 return "failed"
             try:
                 services.verify_identity(lease=lease, observed=observed)
@@ -107,10 +108,9 @@ def _record(lease: services.Lease, outcome: Outcome) -> str:
         services.record_success(lease=lease, result_ref=outcome.result_ref, evidence=outcome.evidence)
         return "succeeded"
     if isinstance(outcome, Failed):
-        services.record_failure(lease=lease, error=outcome.error, retryable=outcome.retryable,
-                                evidence=outcome.evidence)
+        services.record_failure(
+            lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence
+        )
         return "failed"
     services.record_unknown(lease=lease, reason=outcome.reason, evidence=outcome.evidence)
     return "unknown"
-
-

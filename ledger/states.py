@@ -72,9 +72,19 @@ JOB_STATUS_FOR_LATEST = {
     Execution.NOT_STARTED: (JobStatus.PENDING,),
     Execution.RUNNING: (JobStatus.RUNNING,),
     Execution.SUCCEEDED: (JobStatus.SUCCEEDED,),
-    Execution.FAILED: (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.AWAITING_APPROVAL,
-                       JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED),
-    Execution.UNKNOWN: (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR,
-                        JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL, JobStatus.CANCELLED),
+    Execution.FAILED: (
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.AWAITING_APPROVAL,
+        JobStatus.NEEDS_OPERATOR,
+        JobStatus.ESCALATED,
+    ),
+    Execution.UNKNOWN: (
+        JobStatus.NEEDS_RECONCILIATION,
+        JobStatus.NEEDS_OPERATOR,
+        JobStatus.ESCALATED,
+        JobStatus.AWAITING_APPROVAL,
+        JobStatus.CANCELLED,
+    ),
     Execution.BLOCKED: (JobStatus.BLOCKED, JobStatus.ESCALATED, JobStatus.CANCELLED),
 }

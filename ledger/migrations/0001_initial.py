@@ -8,144 +8,375 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('job_id', models.CharField(max_length=200, unique=True)),
-                ('tenant', models.CharField(max_length=100)),
-                ('action', models.CharField(max_length=100)),
-                ('payload', models.JSONField()),
-                ('identity', models.JSONField(blank=True, default=dict)),
-                ('idempotency_key', models.CharField(max_length=320, unique=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('needs_reconciliation', 'Needs Reconciliation'), ('needs_operator', 'Needs Operator'), ('escalated', 'Escalated'), ('awaiting_approval', 'Awaiting Approval'), ('blocked', 'Blocked'), ('cancelled', 'Cancelled')], default='pending', max_length=24)),
-                ('lease_seq', models.BigIntegerField(default=0)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('updated_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job_id", models.CharField(max_length=200, unique=True)),
+                ("tenant", models.CharField(max_length=100)),
+                ("action", models.CharField(max_length=100)),
+                ("payload", models.JSONField()),
+                ("identity", models.JSONField(blank=True, default=dict)),
+                ("idempotency_key", models.CharField(max_length=320, unique=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("needs_reconciliation", "Needs Reconciliation"),
+                            ("needs_operator", "Needs Operator"),
+                            ("escalated", "Escalated"),
+                            ("awaiting_approval", "Awaiting Approval"),
+                            ("blocked", "Blocked"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=24,
+                    ),
+                ),
+                ("lease_seq", models.BigIntegerField(default=0)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("updated_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
             ],
             options={
-                'indexes': [models.Index(fields=['status', 'created_at'], name='job_status_created')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'running', 'succeeded', 'failed', 'needs_reconciliation', 'needs_operator', 'escalated', 'awaiting_approval', 'blocked', 'cancelled'])), name='job_status_valid'), models.CheckConstraint(condition=models.Q(('lease_seq__gte', 0)), name='job_lease_seq_nonnegative')],
+                "indexes": [models.Index(fields=["status", "created_at"], name="job_status_created")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "status__in",
+                                [
+                                    "pending",
+                                    "running",
+                                    "succeeded",
+                                    "failed",
+                                    "needs_reconciliation",
+                                    "needs_operator",
+                                    "escalated",
+                                    "awaiting_approval",
+                                    "blocked",
+                                    "cancelled",
+                                ],
+                            )
+                        ),
+                        name="job_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("lease_seq__gte", 0)), name="job_lease_seq_nonnegative"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Attempt',
+            name="Attempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('delivery_state', models.CharField(choices=[('queued', 'Queued'), ('leased', 'Leased'), ('acknowledged', 'Acknowledged'), ('dead_lettered', 'Dead Lettered')], default='queued', max_length=16)),
-                ('execution_state', models.CharField(choices=[('not_started', 'Not Started'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('unknown', 'Unknown'), ('blocked', 'Blocked')], default='not_started', max_length=16)),
-                ('side_effect_state', models.CharField(choices=[('not_attempted', 'Not Attempted'), ('submitted', 'Submitted'), ('confirmed', 'Confirmed'), ('ambiguous', 'Ambiguous'), ('not_found', 'Not Found')], default='not_attempted', max_length=16)),
-                ('lease_owner', models.CharField(blank=True, default='', max_length=200)),
-                ('lease_token', models.BigIntegerField(blank=True, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('observed_identity', models.JSONField(blank=True, null=True)),
-                ('result_ref', models.CharField(blank=True, default='', max_length=500)),
-                ('error', models.TextField(blank=True, default='')),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('updated_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='attempts', to='ledger.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "delivery_state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("leased", "Leased"),
+                            ("acknowledged", "Acknowledged"),
+                            ("dead_lettered", "Dead Lettered"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "execution_state",
+                    models.CharField(
+                        choices=[
+                            ("not_started", "Not Started"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("unknown", "Unknown"),
+                            ("blocked", "Blocked"),
+                        ],
+                        default="not_started",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "side_effect_state",
+                    models.CharField(
+                        choices=[
+                            ("not_attempted", "Not Attempted"),
+                            ("submitted", "Submitted"),
+                            ("confirmed", "Confirmed"),
+                            ("ambiguous", "Ambiguous"),
+                            ("not_found", "Not Found"),
+                        ],
+                        default="not_attempted",
+                        max_length=16,
+                    ),
+                ),
+                ("lease_owner", models.CharField(blank=True, default="", max_length=200)),
+                ("lease_token", models.BigIntegerField(blank=True, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("observed_identity", models.JSONField(blank=True, null=True)),
+                ("result_ref", models.CharField(blank=True, default="", max_length=500)),
+                ("error", models.TextField(blank=True, default="")),
+                ("version", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("updated_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="attempts", to="ledger.job"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LedgerEvent',
+            name="LedgerEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('actor_type', models.CharField(choices=[('worker', 'Worker'), ('reconciler', 'Reconciler'), ('operator', 'Operator'), ('approver', 'Approver'), ('system', 'System')], max_length=16)),
-                ('actor', models.CharField(max_length=200)),
-                ('kind', models.CharField(max_length=64)),
-                ('before', models.JSONField(blank=True, default=dict)),
-                ('after', models.JSONField(blank=True, default=dict)),
-                ('note', models.TextField(blank=True, default='')),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('attempt', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='events', to='ledger.attempt')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='events', to='ledger.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "actor_type",
+                    models.CharField(
+                        choices=[
+                            ("worker", "Worker"),
+                            ("reconciler", "Reconciler"),
+                            ("operator", "Operator"),
+                            ("approver", "Approver"),
+                            ("system", "System"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("actor", models.CharField(max_length=200)),
+                ("kind", models.CharField(max_length=64)),
+                ("before", models.JSONField(blank=True, default=dict)),
+                ("after", models.JSONField(blank=True, default=dict)),
+                ("note", models.TextField(blank=True, default="")),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="ledger.attempt",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="events", to="ledger.job"
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='attempt',
-            index=models.Index(condition=models.Q(('execution_state', 'running')), fields=['lease_expires_at'], name='attempt_running_expiry'),
+            model_name="attempt",
+            index=models.Index(
+                condition=models.Q(("execution_state", "running")),
+                fields=["lease_expires_at"],
+                name="attempt_running_expiry",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.UniqueConstraint(fields=('job', 'number'), name='attempt_number_unique_per_job'),
+            model_name="attempt",
+            constraint=models.UniqueConstraint(
+                fields=("job", "number"), name="attempt_number_unique_per_job"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.UniqueConstraint(condition=models.Q(('execution_state__in', ['not_started', 'running', 'unknown', 'blocked'])), fields=('job',), name='attempt_one_live_per_job'),
+            model_name="attempt",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("execution_state__in", ["not_started", "running", "unknown", "blocked"])),
+                fields=("job",),
+                name="attempt_one_live_per_job",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(('delivery_state__in', ['queued', 'leased', 'acknowledged', 'dead_lettered'])), name='attempt_delivery_valid'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("delivery_state__in", ["queued", "leased", "acknowledged", "dead_lettered"])
+                ),
+                name="attempt_delivery_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(('execution_state__in', ['not_started', 'running', 'succeeded', 'failed', 'unknown', 'blocked'])), name='attempt_execution_valid'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "execution_state__in",
+                        ["not_started", "running", "succeeded", "failed", "unknown", "blocked"],
+                    )
+                ),
+                name="attempt_execution_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(('side_effect_state__in', ['not_attempted', 'submitted', 'confirmed', 'ambiguous', 'not_found'])), name='attempt_side_effect_valid'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "side_effect_state__in",
+                        ["not_attempted", "submitted", "confirmed", "ambiguous", "not_found"],
+                    )
+                ),
+                name="attempt_side_effect_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'not_started'), _negated=True), models.Q(('side_effect_state__in', ['not_attempted']), ('delivery_state__in', ['queued'])), _connector='OR'), name='attempt_not_started_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "not_started"), _negated=True),
+                    models.Q(
+                        ("side_effect_state__in", ["not_attempted"]), ("delivery_state__in", ["queued"])
+                    ),
+                    _connector="OR",
+                ),
+                name="attempt_not_started_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'running'), _negated=True), models.Q(('side_effect_state__in', ['not_attempted', 'submitted']), ('delivery_state__in', ['leased'])), _connector='OR'), name='attempt_running_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "running"), _negated=True),
+                    models.Q(
+                        ("side_effect_state__in", ["not_attempted", "submitted"]),
+                        ("delivery_state__in", ["leased"]),
+                    ),
+                    _connector="OR",
+                ),
+                name="attempt_running_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'succeeded'), _negated=True), ('side_effect_state__in', ['confirmed']), _connector='OR'), name='attempt_succeeded_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "succeeded"), _negated=True),
+                    ("side_effect_state__in", ["confirmed"]),
+                    _connector="OR",
+                ),
+                name="attempt_succeeded_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'failed'), _negated=True), ('side_effect_state__in', ['not_attempted', 'not_found']), _connector='OR'), name='attempt_failed_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "failed"), _negated=True),
+                    ("side_effect_state__in", ["not_attempted", "not_found"]),
+                    _connector="OR",
+                ),
+                name="attempt_failed_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'unknown'), _negated=True), ('side_effect_state__in', ['ambiguous']), _connector='OR'), name='attempt_unknown_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "unknown"), _negated=True),
+                    ("side_effect_state__in", ["ambiguous"]),
+                    _connector="OR",
+                ),
+                name="attempt_unknown_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'blocked'), _negated=True), ('side_effect_state__in', ['not_attempted']), _connector='OR'), name='attempt_blocked_consistent'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "blocked"), _negated=True),
+                    ("side_effect_state__in", ["not_attempted"]),
+                    _connector="OR",
+                ),
+                name="attempt_blocked_consistent",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('execution_state', 'running'), _negated=True), models.Q(models.Q(('lease_owner', ''), _negated=True), ('lease_token__isnull', False), ('lease_expires_at__isnull', False)), _connector='OR'), name='attempt_running_has_lease'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("execution_state", "running"), _negated=True),
+                    models.Q(
+                        models.Q(("lease_owner", ""), _negated=True),
+                        ("lease_token__isnull", False),
+                        ("lease_expires_at__isnull", False),
+                    ),
+                    _connector="OR",
+                ),
+                name="attempt_running_has_lease",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.CheckConstraint(condition=models.Q(('number__gte', 1)), name='attempt_number_positive'),
+            model_name="attempt",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("number__gte", 1)), name="attempt_number_positive"
+            ),
         ),
         migrations.AddIndex(
-            model_name='ledgerevent',
-            index=models.Index(fields=['job', 'id'], name='event_job_id'),
+            model_name="ledgerevent",
+            index=models.Index(fields=["job", "id"], name="event_job_id"),
         ),
         migrations.AddIndex(
-            model_name='ledgerevent',
-            index=models.Index(fields=['attempt', 'id'], name='event_attempt_id'),
+            model_name="ledgerevent",
+            index=models.Index(fields=["attempt", "id"], name="event_attempt_id"),
         ),
         migrations.AddIndex(
-            model_name='ledgerevent',
-            index=models.Index(fields=['kind', 'at'], name='event_kind_at'),
+            model_name="ledgerevent",
+            index=models.Index(fields=["kind", "at"], name="event_kind_at"),
         ),
         migrations.AddConstraint(
-            model_name='ledgerevent',
-            constraint=models.CheckConstraint(condition=models.Q(('actor_type__in', ['worker', 'reconciler', 'operator', 'approver', 'system'])), name='event_actor_type_valid'),
+            model_name="ledgerevent",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("actor_type__in", ["worker", "reconciler", "operator", "approver", "system"])
+                ),
+                name="event_actor_type_valid",
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='ledgerevent',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='3529f9f0347b06b12e287d5576497c8a353c7064', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_ce51c', table='ledger_ledgerevent', when='BEFORE')),
+            model_name="ledgerevent",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="3529f9f0347b06b12e287d5576497c8a353c7064",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_ce51c",
+                    table="ledger_ledgerevent",
+                    when="BEFORE",
+                ),
+            ),
         ),
     ]

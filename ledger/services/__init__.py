@@ -30,8 +30,24 @@ from ledger.services.worker import (
 )
 
 __all__ = [
-    "ClaimRefused", "ClockTimestamp", "IdentityMismatch", "InvalidJob", "JobConflict", "Lease",
-    "LedgerError", "StaleLease", "SweepResult", "begin_side_effect", "claim_job", "enqueue_job",
-    "idempotency_key_for", "open_next_attempt", "record_failure", "record_success", "record_unknown",
-    "renew_lease", "sweep_expired_leases", "verify_identity",
+    "ClaimRefused",
+    "ClockTimestamp",
+    "IdentityMismatch",
+    "InvalidJob",
+    "JobConflict",
+    "Lease",
+    "LedgerError",
+    "StaleLease",
+    "SweepResult",
+    "begin_side_effect",
+    "claim_job",
+    "enqueue_job",
+    "idempotency_key_for",
+    "open_next_attempt",
+    "record_failure",
+    "record_success",
+    "record_unknown",
+    "renew_lease",
+    "sweep_expired_leases",
+    "verify_identity",
 ]

@@ -76,13 +76,23 @@ def latest_attempt(job: Job) -> Attempt:
     return Attempt.objects.filter(job=job).order_by("-number").first()
 
 
-def transition(job: Job, attempt: Attempt, *, actor_type: str, actor: str, kind: str,
-                job_status: str | None = None, note: str = "", evidence: dict | None = None,
-                **attempt_fields) -> LedgerEvent:
+def transition(
+    job: Job,
+    attempt: Attempt,
+    *,
+    actor_type: str,
+    actor: str,
+    kind: str,
+    job_status: str | None = None,
+    note: str = "",
+    evidence: dict | None = None,
+    **attempt_fields,
+) -> LedgerEvent:
     """Change the attempt (compare-and-set on its version) and the job, and record the event."""
     before = snapshot(job, attempt)
     changed = Attempt.objects.filter(pk=attempt.pk, version=attempt.version).update(
-        version=F("version") + 1, updated_at=Now(), **attempt_fields)
+        version=F("version") + 1, updated_at=Now(), **attempt_fields
+    )
     if changed != 1:
         raise RuntimeError(f"attempt {attempt.pk} changed under the job lock; this is a bug")
     for name, value in attempt_fields.items():
@@ -90,8 +100,17 @@ def transition(job: Job, attempt: Attempt, *, actor_type: str, actor: str, kind:
     attempt.version += 1
     if job_status:
         set_job_status(job, job_status)
-    return record_event(job, attempt, actor_type=actor_type, actor=actor, kind=kind, before=before,
-                  after=snapshot(job, attempt), note=note, evidence=evidence or {})
+    return record_event(
+        job,
+        attempt,
+        actor_type=actor_type,
+        actor=actor,
+        kind=kind,
+        before=before,
+        after=snapshot(job, attempt),
+        note=note,
+        evidence=evidence or {},
+    )
 
 
 def set_job_status(job: Job, status: str) -> None:
@@ -107,11 +126,29 @@ def snapshot(job: Job, attempt: Attempt | None) -> dict:
     return snapshot
 
 
-def record_event(job: Job, attempt: Attempt | None, *, actor_type: str, actor: str, kind: str, before: dict,
-           after: dict, note: str = "", evidence: dict | None = None) -> LedgerEvent:
-    return LedgerEvent.objects.create(job=job, attempt=attempt, actor_type=actor_type, actor=actor[:200],
-                                      kind=kind, before=before, after=after, note=note,
-                                      evidence=evidence or {})
+def record_event(
+    job: Job,
+    attempt: Attempt | None,
+    *,
+    actor_type: str,
+    actor: str,
+    kind: str,
+    before: dict,
+    after: dict,
+    note: str = "",
+    evidence: dict | None = None,
+) -> LedgerEvent:
+    return LedgerEvent.objects.create(
+        job=job,
+        attempt=attempt,
+        actor_type=actor_type,
+        actor=actor[:200],
+        kind=kind,
+        before=before,
+        after=after,
+        note=note,
+        evidence=evidence or {},
+    )
 
 
 def dispatch_run(job: Job) -> None:
@@ -127,23 +164,42 @@ def _enqueue_run(job_id: str) -> None:
     async_task("ledger.tasks.run_job", job_id, task_name=f"run_job:{job_id}"[:100])
 
 
-def open_next_attempt(job: Job, previous: Attempt, *, actor: str, actor_type: str,
-                      note: str = "") -> Attempt | None:
+def open_next_attempt(
+    job: Job, previous: Attempt, *, actor: str, actor_type: str, note: str = "", dispatch: bool = True
+) -> Attempt | None:
     """Queue the next attempt with the same idempotency key, or fail the job when none is left.
 
     The caller holds the job lock and has already closed `previous` (no live attempt remains).
+    The new attempt is dispatched to a worker on commit, unless the caller leases it itself.
     """
     action = get_action(job.action)
     if previous.number >= action.max_attempts:
         set_job_status(job, JobStatus.FAILED)
-        record_event(job, previous, actor_type=actor_type, actor=actor, kind="attempts_exhausted",
-               before=snapshot(job, previous), after=snapshot(job, previous),
-               note=f"all {action.max_attempts} attempts used; the job has failed")
+        record_event(
+            job,
+            previous,
+            actor_type=actor_type,
+            actor=actor,
+            kind="attempts_exhausted",
+            before=snapshot(job, previous),
+            after=snapshot(job, previous),
+            note=f"all {action.max_attempts} attempts used; the job has failed",
+        )
         return None
     attempt = Attempt.objects.create(job=job, number=previous.number + 1)
     before = {"job": job.status}
     set_job_status(job, JobStatus.PENDING)
-    record_event(job, attempt, actor_type=actor_type, actor=actor, kind="attempt_opened", before=before,
-           after=snapshot(job, attempt), note=note or f"attempt {attempt.number} queued with the same key",
-           evidence={"idempotency_key": job.idempotency_key, "previous_attempt": previous.number})
+    record_event(
+        job,
+        attempt,
+        actor_type=actor_type,
+        actor=actor,
+        kind="attempt_opened",
+        before=before,
+        after=snapshot(job, attempt),
+        note=note or f"attempt {attempt.number} queued with the same key",
+        evidence={"idempotency_key": job.idempotency_key, "previous_attempt": previous.number},
+    )
+    if dispatch:
+        dispatch_run(job)
     return attempt

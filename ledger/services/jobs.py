@@ -16,8 +16,16 @@ def idempotency_key_for(*, action: str, job_id: str) -> str:
     return f"{action}:{job_id}"
 
 
-def enqueue_job(*, job_id: str, tenant: str, action: str, payload, identity=None,
-                actor: str = "system", actor_type: str = ActorType.SYSTEM) -> Job:
+def enqueue_job(
+    *,
+    job_id: str,
+    tenant: str,
+    action: str,
+    payload,
+    identity=None,
+    actor: str = "system",
+    actor_type: str = ActorType.SYSTEM,
+) -> Job:
     """Create a job and its first attempt; idempotent on `job_id`."""
     job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
     get_action(action)  # raises UnknownAction with the list of known ones
@@ -25,27 +33,55 @@ def enqueue_job(*, job_id: str, tenant: str, action: str, payload, identity=None
     identity = json_object("identity", identity or {})
     try:
         with transaction.atomic():
-            job = Job.objects.create(job_id=job_id, tenant=tenant, action=action, payload=payload,
-                                     identity=identity,
-                                     idempotency_key=idempotency_key_for(action=action, job_id=job_id))
+            job = Job.objects.create(
+                job_id=job_id,
+                tenant=tenant,
+                action=action,
+                payload=payload,
+                identity=identity,
+                idempotency_key=idempotency_key_for(action=action, job_id=job_id),
+            )
             attempt = Attempt.objects.create(job=job, number=1)
-            record_event(job, attempt, actor_type=actor_type, actor=actor, kind="enqueued",
-                   before={}, after=snapshot(job, attempt))
+            record_event(
+                job,
+                attempt,
+                actor_type=actor_type,
+                actor=actor,
+                kind="enqueued",
+                before={},
+                after=snapshot(job, attempt),
+            )
             dispatch_run(job)
             return job
     except IntegrityError:
         pass  # the job exists (perhaps created concurrently): compare and return it
     with transaction.atomic():
         job = Job.objects.select_for_update().get(job_id=job_id)
-        differing = [name for name, value in (("tenant", tenant), ("action", action),
-                                              ("payload", payload), ("identity", identity))
-                     if getattr(job, name) != value]
+        differing = [
+            name
+            for name, value in (
+                ("tenant", tenant),
+                ("action", action),
+                ("payload", payload),
+                ("identity", identity),
+            )
+            if getattr(job, name) != value
+        ]
         if differing:
-            raise JobConflict(f"job {job_id!r} already exists with a different "
-                              f"{', '.join(differing)}; a job id may be reused only for the same work")
-        record_event(job, None, actor_type=actor_type, actor=actor, kind="enqueue_repeated",
-               before={"job": job.status}, after={"job": job.status},
-               note="the same job was enqueued again; the existing job is returned")
+            raise JobConflict(
+                f"job {job_id!r} already exists with a different "
+                f"{', '.join(differing)}; a job id may be reused only for the same work"
+            )
+        record_event(
+            job,
+            None,
+            actor_type=actor_type,
+            actor=actor,
+            kind="enqueue_repeated",
+            before={"job": job.status},
+            after={"job": job.status},
+            note="the same job was enqueued again; the existing job is returned",
+        )
     return job
 
 

@@ -9,7 +9,6 @@ from django.db import transaction
 from ledger.models import Attempt, Job
 from ledger.services.core import (
     ClockTimestamp,
-    dispatch_run,
     latest_attempt,
     lock_job,
     open_next_attempt,
@@ -32,8 +31,11 @@ class SweepResult:
 def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> SweepResult:
     """Expired + not_attempted -> next attempt; expired + submitted -> unknown, reconcile."""
     result = SweepResult()
-    due = list(Attempt.objects.filter(execution_state=Execution.RUNNING, lease_expires_at__lt=ClockTimestamp())
-               .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:limit])
+    due = list(
+        Attempt.objects.filter(execution_state=Execution.RUNNING, lease_expires_at__lt=ClockTimestamp())
+        .order_by("lease_expires_at")
+        .values_list("job__job_id", flat=True)[:limit]
+    )
     for job_id in due:
         with transaction.atomic():
             job = lock_job(job_id=job_id, skip_locked=True)
@@ -49,25 +51,50 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
             elif next_attempt is None:
                 result.exhausted.append(job_id)
             else:
-                dispatch_run(job)
                 result.reclaimed.append(job_id)
     return result
 
 
-def expire_lease(job: Job, attempt: Attempt, *, actor: str, actor_type: str) -> Attempt | None:
+def expire_lease(
+    job: Job, attempt: Attempt, *, actor: str, actor_type: str, dispatch: bool = True
+) -> Attempt | None:
     """Handle an expired lease: dead-letter and reopen, or mark unknown. Returns the queued attempt."""
-    expired = {"lease_owner": attempt.lease_owner, "fencing_token": attempt.lease_token,
-               "lease_expires_at": attempt.lease_expires_at.isoformat()}
+    expired = {
+        "lease_owner": attempt.lease_owner,
+        "fencing_token": attempt.lease_token,
+        "lease_expires_at": attempt.lease_expires_at.isoformat(),
+    }
     if attempt.side_effect_state == SideEffect.SUBMITTED:
-        note = (f"lease of {attempt.lease_owner} expired after the side effect was submitted: "
-                "whether it happened is unknown")
-        transition(job, attempt, actor_type=actor_type, actor=actor, kind="lease_expired_unknown",
-                    job_status=JobStatus.NEEDS_RECONCILIATION, delivery_state=Delivery.DEAD_LETTERED,
-                    execution_state=Execution.UNKNOWN, side_effect_state=SideEffect.AMBIGUOUS,
-                    error=note, note=note, evidence=expired)
+        note = (
+            f"lease of {attempt.lease_owner} expired after the side effect was submitted: "
+            "whether it happened is unknown"
+        )
+        transition(
+            job,
+            attempt,
+            actor_type=actor_type,
+            actor=actor,
+            kind="lease_expired_unknown",
+            job_status=JobStatus.NEEDS_RECONCILIATION,
+            delivery_state=Delivery.DEAD_LETTERED,
+            execution_state=Execution.UNKNOWN,
+            side_effect_state=SideEffect.AMBIGUOUS,
+            error=note,
+            note=note,
+            evidence=expired,
+        )
         return None
     note = f"lease of {attempt.lease_owner} expired before any side effect; safe to run again"
-    transition(job, attempt, actor_type=actor_type, actor=actor, kind="lease_expired_reclaimed",
-                delivery_state=Delivery.DEAD_LETTERED,
-                execution_state=Execution.FAILED, error=note, note=note, evidence=expired)
-    return open_next_attempt(job, attempt, actor=actor, actor_type=actor_type)
+    transition(
+        job,
+        attempt,
+        actor_type=actor_type,
+        actor=actor,
+        kind="lease_expired_reclaimed",
+        delivery_state=Delivery.DEAD_LETTERED,
+        execution_state=Execution.FAILED,
+        error=note,
+        note=note,
+        evidence=expired,
+    )
+    return open_next_attempt(job, attempt, actor=actor, actor_type=actor_type, dispatch=dispatch)

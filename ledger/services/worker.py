@@ -40,16 +40,29 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
         now = job.db_now
         live_lease = attempt.execution_state == Execution.RUNNING and attempt.lease_expires_at > now
         if job.status in FINISHED_JOB or live_lease:
-            why = f"job is {job.status}" if not live_lease else (
-                f"attempt {attempt.number} is leased to {attempt.lease_owner} "
-                f"(token {attempt.lease_token}) until {attempt.lease_expires_at.isoformat()}")
+            why = (
+                f"job is {job.status}"
+                if not live_lease
+                else (
+                    f"attempt {attempt.number} is leased to {attempt.lease_owner} "
+                    f"(token {attempt.lease_token}) until {attempt.lease_expires_at.isoformat()}"
+                )
+            )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
-            record_event(job, attempt, actor_type=ActorType.WORKER, actor=worker, kind="duplicate_delivery",
-                   before=snapshot(job, attempt), after=snapshot(job, attempt), note=str(refusal),
-                   evidence={"reason": "job_finished" if not live_lease else "live_lease"})
+            record_event(
+                job,
+                attempt,
+                actor_type=ActorType.WORKER,
+                actor=worker,
+                kind="duplicate_delivery",
+                before=snapshot(job, attempt),
+                after=snapshot(job, attempt),
+                note=str(refusal),
+                evidence={"reason": "job_finished" if not live_lease else "live_lease"},
+            )
         else:
             if attempt.execution_state == Execution.RUNNING:  # an expired lease
-                expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER)
+                expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER, dispatch=False)
                 attempt = latest_attempt(job)
             if attempt.execution_state == Execution.NOT_STARTED:
                 return _lease(job, attempt, worker=worker, now=now)
@@ -62,15 +75,25 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
 
 def _refuse_claim(job: Job, attempt: Attempt, worker: str) -> ClaimRefused:
     if attempt.execution_state == Execution.UNKNOWN:
-        reason, message = "previous_attempt_unknown", (
-            f"attempt {attempt.number} is unknown: no retry until it is reconciled")
+        reason, message = (
+            "previous_attempt_unknown",
+            (f"attempt {attempt.number} is unknown: no retry until it is reconciled"),
+        )
     elif attempt.execution_state == Execution.BLOCKED:
         reason, message = "attempt_blocked", f"attempt {attempt.number} is blocked: {attempt.error}"
     else:
         reason, message = "not_claimable", f"job is {job.status}; no attempt is queued"
-    record_event(job, attempt, actor_type=ActorType.WORKER, actor=worker, kind="claim_refused",
-           before=snapshot(job, attempt), after=snapshot(job, attempt), note=message,
-           evidence={"reason": reason})
+    record_event(
+        job,
+        attempt,
+        actor_type=ActorType.WORKER,
+        actor=worker,
+        kind="claim_refused",
+        before=snapshot(job, attempt),
+        after=snapshot(job, attempt),
+        note=message,
+        evidence={"reason": reason},
+    )
     return ClaimRefused(reason, message)
 
 
@@ -78,11 +101,21 @@ def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
     ttl = get_action(job.action).lease_ttl
     job.lease_seq += 1
     Job.objects.filter(pk=job.pk).update(lease_seq=job.lease_seq)
-    transition(job, attempt, actor_type=ActorType.WORKER, actor=worker, kind="claimed",
-                job_status=JobStatus.RUNNING, delivery_state=Delivery.LEASED,
-                execution_state=Execution.RUNNING, lease_owner=worker, lease_token=job.lease_seq,
-                lease_expires_at=now + ttl, heartbeat_at=now,
-                evidence={"fencing_token": job.lease_seq, "lease_ttl_s": ttl.total_seconds()})
+    transition(
+        job,
+        attempt,
+        actor_type=ActorType.WORKER,
+        actor=worker,
+        kind="claimed",
+        job_status=JobStatus.RUNNING,
+        delivery_state=Delivery.LEASED,
+        execution_state=Execution.RUNNING,
+        lease_owner=worker,
+        lease_token=job.lease_seq,
+        lease_expires_at=now + ttl,
+        heartbeat_at=now,
+        evidence={"fencing_token": job.lease_seq, "lease_ttl_s": ttl.total_seconds()},
+    )
     return _lease_of(job, attempt)
 
 
@@ -93,11 +126,19 @@ def renew_lease(*, lease: Lease) -> Lease:
         if not stale:
             expires = job.db_now + get_action(job.action).lease_ttl
             Attempt.objects.filter(pk=attempt.pk, lease_token=lease.token).update(
-                lease_expires_at=expires, heartbeat_at=job.db_now, updated_at=Now())
+                lease_expires_at=expires, heartbeat_at=job.db_now, updated_at=Now()
+            )
             attempt.lease_expires_at, attempt.heartbeat_at = expires, job.db_now
-            record_event(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="lease_renewed",
-                   before=snapshot(job, attempt), after=snapshot(job, attempt),
-                   evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()})
+            record_event(
+                job,
+                attempt,
+                actor_type=ActorType.WORKER,
+                actor=lease.owner,
+                kind="lease_renewed",
+                before=snapshot(job, attempt),
+                after=snapshot(job, attempt),
+                evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()},
+            )
     if stale:
         raise StaleLease(stale)
     return _lease_of(job, attempt)
@@ -109,20 +150,40 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
     with transaction.atomic():
         job, attempt, stale = _held(lease, "verify_identity", require_unexpired=True)
         if not stale:
-            mismatched = {k: {"expected": v, "observed": observed.get(k)}
-                          for k, v in job.identity.items() if observed.get(k) != v}
+            mismatched = {
+                k: {"expected": v, "observed": observed.get(k)}
+                for k, v in job.identity.items()
+                if observed.get(k) != v
+            }
             if mismatched:
                 note = "identity mismatch: " + ", ".join(
-                    f"{k} is {d['observed']!r}, job is bound to {d['expected']!r}" for k, d in mismatched.items())
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                            kind="identity_mismatch", job_status=JobStatus.BLOCKED,
-                            delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.BLOCKED,
-                            observed_identity=observed, error=note, note=note,
-                            evidence={"binding": job.identity, "observed": observed})
+                    f"{k} is {d['observed']!r}, job is bound to {d['expected']!r}"
+                    for k, d in mismatched.items()
+                )
+                transition(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=lease.owner,
+                    kind="identity_mismatch",
+                    job_status=JobStatus.BLOCKED,
+                    delivery_state=Delivery.ACKNOWLEDGED,
+                    execution_state=Execution.BLOCKED,
+                    observed_identity=observed,
+                    error=note,
+                    note=note,
+                    evidence={"binding": job.identity, "observed": observed},
+                )
             else:
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                            kind="identity_verified", observed_identity=observed,
-                            evidence={"binding": job.identity, "observed": observed})
+                transition(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=lease.owner,
+                    kind="identity_verified",
+                    observed_identity=observed,
+                    evidence={"binding": job.identity, "observed": observed},
+                )
     if stale:
         raise StaleLease(stale)
     if mismatched:
@@ -136,12 +197,23 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
         job, attempt, stale = _held(lease, "begin_side_effect", require_unexpired=True)
         if not stale:
             if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
-                raise LedgerError(f"attempt {attempt.number}: side effect already {attempt.side_effect_state}")
+                raise LedgerError(
+                    f"attempt {attempt.number}: side effect already {attempt.side_effect_state}"
+                )
             if job.identity and attempt.observed_identity is None:
-                raise LedgerError(f"job {job.job_id} is bound to an identity: verify it before any side effect")
-            transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                        kind="side_effect_started", side_effect_state=SideEffect.SUBMITTED,
-                        heartbeat_at=job.db_now, evidence={"idempotency_key": job.idempotency_key})
+                raise LedgerError(
+                    f"job {job.job_id} is bound to an identity: verify it before any side effect"
+                )
+            transition(
+                job,
+                attempt,
+                actor_type=ActorType.WORKER,
+                actor=lease.owner,
+                kind="side_effect_started",
+                side_effect_state=SideEffect.SUBMITTED,
+                heartbeat_at=job.db_now,
+                evidence={"idempotency_key": job.idempotency_key},
+            )
     if stale:
         raise StaleLease(stale)
     return attempt
@@ -151,8 +223,9 @@ def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None 
     return _record_result(lease, "record_success", evidence, result_ref=result_ref)
 
 
-def record_failure(*, lease: Lease, error: str, retryable: bool = False,
-                   evidence: dict | None = None) -> Attempt:
+def record_failure(
+    *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None
+) -> Attempt:
     """A definitive refusal: the provider proved that nothing happened."""
     return _record_result(lease, "record_failure", evidence, error=error, retryable=retryable)
 
@@ -162,8 +235,15 @@ def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -
     return _record_result(lease, "record_unknown", evidence, error=reason)
 
 
-def _record_result(lease: Lease, operation: str, evidence: dict | None, *, result_ref: str = "",
-                   error: str = "", retryable: bool = False) -> Attempt:
+def _record_result(
+    lease: Lease,
+    operation: str,
+    evidence: dict | None,
+    *,
+    result_ref: str = "",
+    error: str = "",
+    retryable: bool = False,
+) -> Attempt:
     evidence = evidence or {}
     with transaction.atomic():
         job, attempt, stale = _held(lease, operation, require_unexpired=False, evidence=evidence)
@@ -172,25 +252,51 @@ def _record_result(lease: Lease, operation: str, evidence: dict | None, *, resul
             if operation == "record_success":
                 if not submitted:
                     raise LedgerError("record_success before begin_side_effect: nothing was submitted")
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                            kind="succeeded", job_status=JobStatus.SUCCEEDED,
-                            delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.SUCCEEDED,
-                            side_effect_state=SideEffect.CONFIRMED, result_ref=result_ref[:500],
-                            evidence=evidence)
+                transition(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=lease.owner,
+                    kind="succeeded",
+                    job_status=JobStatus.SUCCEEDED,
+                    delivery_state=Delivery.ACKNOWLEDGED,
+                    execution_state=Execution.SUCCEEDED,
+                    side_effect_state=SideEffect.CONFIRMED,
+                    result_ref=result_ref[:500],
+                    evidence=evidence,
+                )
             elif operation == "record_unknown":
                 if not submitted:
                     raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                            kind="observation_lost", job_status=JobStatus.NEEDS_RECONCILIATION,
-                            delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.UNKNOWN,
-                            side_effect_state=SideEffect.AMBIGUOUS, error=error, note=error,
-                            evidence=evidence)
+                transition(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=lease.owner,
+                    kind="observation_lost",
+                    job_status=JobStatus.NEEDS_RECONCILIATION,
+                    delivery_state=Delivery.ACKNOWLEDGED,
+                    execution_state=Execution.UNKNOWN,
+                    side_effect_state=SideEffect.AMBIGUOUS,
+                    error=error,
+                    note=error,
+                    evidence=evidence,
+                )
             else:
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner,
-                            kind="failed", job_status=None if retryable else JobStatus.FAILED,
-                            delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.FAILED,
-                            side_effect_state=SideEffect.NOT_FOUND if submitted else SideEffect.NOT_ATTEMPTED,
-                            error=error, note=error, evidence={**evidence, "retryable": retryable})
+                transition(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=lease.owner,
+                    kind="failed",
+                    job_status=None if retryable else JobStatus.FAILED,
+                    delivery_state=Delivery.ACKNOWLEDGED,
+                    execution_state=Execution.FAILED,
+                    side_effect_state=SideEffect.NOT_FOUND if submitted else SideEffect.NOT_ATTEMPTED,
+                    error=error,
+                    note=error,
+                    evidence={**evidence, "retryable": retryable},
+                )
                 if retryable:
                     open_next_attempt(job, attempt, actor=lease.owner, actor_type=ActorType.WORKER)
     if stale:
@@ -198,8 +304,9 @@ def _record_result(lease: Lease, operation: str, evidence: dict | None, *, resul
     return attempt
 
 
-def _held(lease: Lease, operation: str, *, require_unexpired: bool,
-          evidence: dict | None = None) -> tuple[Job, Attempt, str]:
+def _held(
+    lease: Lease, operation: str, *, require_unexpired: bool, evidence: dict | None = None
+) -> tuple[Job, Attempt, str]:
     """Lock the job and check the lease is still this attempt's current one.
 
     Returns (job, attempt, "") when it is; otherwise records `late_write_rejected` and returns
@@ -207,24 +314,47 @@ def _held(lease: Lease, operation: str, *, require_unexpired: bool,
     """
     job = lock_job(job_id=lease.job_id)
     attempt = Attempt.objects.get(pk=lease.attempt_id)
-    current = (attempt.execution_state == Execution.RUNNING and attempt.lease_owner == lease.owner
-               and attempt.lease_token == lease.token)
+    current = (
+        attempt.execution_state == Execution.RUNNING
+        and attempt.lease_owner == lease.owner
+        and attempt.lease_token == lease.token
+    )
     if current and require_unexpired and attempt.lease_expires_at <= job.db_now:
         current = False
     if current:
         return job, attempt, ""
     expired = attempt.lease_token == lease.token and attempt.lease_expires_at <= job.db_now
-    note = (f"{operation} by {lease.owner} with fencing token {lease.token} rejected: "
-            f"attempt {attempt.number} is {attempt.execution_state}"
-            + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
-            + f"; the job's latest fencing token is {job.lease_seq}")
-    record_event(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="late_write_rejected",
-           before=snapshot(job, attempt), after=snapshot(job, attempt), note=note,
-           evidence={"operation": operation, "stale_token": lease.token,
-                     "current_token": job.lease_seq, "reported": evidence or {}})
+    note = (
+        f"{operation} by {lease.owner} with fencing token {lease.token} rejected: "
+        f"attempt {attempt.number} is {attempt.execution_state}"
+        + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
+        + f"; the job's latest fencing token is {job.lease_seq}"
+    )
+    record_event(
+        job,
+        attempt,
+        actor_type=ActorType.WORKER,
+        actor=lease.owner,
+        kind="late_write_rejected",
+        before=snapshot(job, attempt),
+        after=snapshot(job, attempt),
+        note=note,
+        evidence={
+            "operation": operation,
+            "stale_token": lease.token,
+            "current_token": job.lease_seq,
+            "reported": evidence or {},
+        },
+    )
     return job, attempt, note
 
 
 def _lease_of(job: Job, attempt: Attempt) -> Lease:
-    return Lease(job_id=job.job_id, attempt_id=attempt.pk, attempt_number=attempt.number,
-                 owner=attempt.lease_owner, token=attempt.lease_token, expires_at=attempt.lease_expires_at)
+    return Lease(
+        job_id=job.job_id,
+        attempt_id=attempt.pk,
+        attempt_number=attempt.number,
+        owner=attempt.lease_owner,
+        token=attempt.lease_token,
+        expires_at=attempt.lease_expires_at,
+    )

@@ -19,10 +19,12 @@ class Command(BaseCommand):
             started = time.monotonic()
             result = sweep_expired_leases()
             if result.total or not loop:
-                self.stdout.write(f"swept {result.total} expired lease(s) in "
-                                  f"{(time.monotonic() - started) * 1000:.1f} ms: "
-                                  f"{len(result.reclaimed)} reclaimed, {len(result.unknown)} unknown, "
-                                  f"{len(result.exhausted)} exhausted")
+                self.stdout.write(
+                    f"swept {result.total} expired lease(s) in "
+                    f"{(time.monotonic() - started) * 1000:.1f} ms: "
+                    f"{len(result.reclaimed)} reclaimed, {len(result.unknown)} unknown, "
+                    f"{len(result.exhausted)} exhausted"
+                )
             if not loop:
                 return
             close_old_connections()
