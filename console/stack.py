@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -25,9 +26,16 @@ class Child:
     process: subprocess.Popen | None = field(default=None, repr=False)
 
 
-def stack_children(*, host: str, port: int, workers: int) -> list[Child]:
+def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> list[Child]:
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    return [
+    sandbox = urlsplit(settings.RECKON_SANDBOX_URL)
+    demo_children = [
+        Child("sandbox", manage + ["sandbox", "--host", sandbox.hostname, "--port", str(sandbox.port or 80),
+                                   "--db", str(Path(settings.BASE_DIR) / ".sandbox" / "demo.sqlite3")]),
+        Child("workload", manage + ["simulate", "--jobs", "24", "--fault-rate", "0.25", "--mismatch-rate", "0.3",
+                                    "--every", "45"]),
+    ]
+    return (demo_children[:1] if demo else []) + [
         Child(
             "web",
             [
@@ -49,7 +57,7 @@ def stack_children(*, host: str, port: int, workers: int) -> list[Child]:
         ),
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
-    ]
+    ] + (demo_children[1:] if demo else [])
 
 
 class Stack:
@@ -59,9 +67,14 @@ class Stack:
         self._stopping = False
 
     def start(self) -> None:
+        logs = Path(settings.BASE_DIR) / ".run" / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
         for child in self.children:
-            child.process = subprocess.Popen(child.argv, cwd=settings.BASE_DIR, start_new_session=True)
-            self.out.write(f"started {child.name} (pid {child.process.pid})\n")
+            log = open(logs / f"{child.name}.log", "ab")
+            child.process = subprocess.Popen(child.argv, cwd=settings.BASE_DIR, start_new_session=True,
+                                             stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            self.out.write(f"started {child.name:<9} pid {child.process.pid:<7} log .run/logs/{child.name}.log\n")
         self.out.flush()
 
     def wait(self) -> int:
@@ -73,7 +86,8 @@ class Stack:
             died = next((c for c in self.children if c.process.poll() is not None), None)
             time.sleep(0.2)  # supervision pacing, not synchronisation
         if died is not None:
-            self.out.write(f"{died.name} exited with code {died.process.returncode}; stopping the stack\n")
+            self.out.write(f"{died.name} exited with code {died.process.returncode} (see .run/logs/{died.name}.log);"
+                           " stopping the stack\n")
         self.stop()
         return 1 if died is not None else 0
 

@@ -49,7 +49,9 @@ def _descendants(root: int) -> set[int]:
 def test_runstack_serves_a_logged_in_overview_and_stops_every_child_on_ctrl_c():
     port = _free_port()
     stack = ManagedProcess([sys.executable, str(ROOT / "manage.py"), "runstack", "--port", str(port),
-                            "--web-workers", "1"], env={"DATABASE_URL": database_url_of_tests()},
+                            "--web-workers", "1"],
+                           env={"DATABASE_URL": database_url_of_tests(),
+                                "RECKON_SANDBOX_URL": f"http://127.0.0.1:{_free_port()}"},
                            log_name="runstack")
     stack.start()
     try:
@@ -85,7 +87,7 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_on_ctrl_c():
         assert stack.process.wait(timeout=30) == 0
         wait_for(lambda: not any(_alive(pid) for pid in children), timeout=15,
                  message="every child to exit")
-        for name in ("stopped web", "stopped qcluster", "stopped sweeper"):
+        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped workload"):
             assert name in stack.output()
     finally:
         stack.stop()

@@ -1,0 +1,62 @@
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+from django.utils import timezone
+
+from ledger.models import Job
+from ledger.simulation import Workload, run
+from ledger.states import JobStatus
+
+SETTLED = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR,
+           JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL, JobStatus.BLOCKED, JobStatus.CANCELLED}
+
+
+class Command(BaseCommand):
+    help = "Enqueue a realistic mixed workload against the sandbox provider, with injected faults."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--jobs", type=int, default=40)
+        parser.add_argument("--fault-rate", type=float, default=0.1,
+                            help="share of provider calls that fail (5xx, failure before commit, dropped response)")
+        parser.add_argument("--tenants", type=int, default=3)
+        parser.add_argument("--mismatch-rate", type=float, default=0.1,
+                            help="share of social posts whose profile is logged into another account")
+        parser.add_argument("--seed", type=int)
+        parser.add_argument("--prefix", help="job id prefix (default: sim-<timestamp>)")
+        parser.add_argument("--every", type=float, default=0,
+                            help="repeat every N seconds (a live demo) instead of once")
+        parser.add_argument("--wait", type=float, default=0,
+                            help="wait up to N seconds for the batch to settle and print throughput")
+
+    def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, seed, prefix, every, wait, **options):
+        if jobs < 1 or not 0 <= fault_rate <= 1 or not 0 <= mismatch_rate <= 1 or tenants < 1:
+            raise CommandError("--jobs and --tenants must be positive; rates must be between 0 and 1")
+        while True:
+            batch_prefix = prefix or f"sim-{timezone.now():%Y%m%d-%H%M%S}"
+            started = time.monotonic()
+            job_ids = run(Workload(jobs=jobs, fault_rate=fault_rate, tenants=tenants, mismatch_rate=mismatch_rate,
+                                   seed=seed, prefix=batch_prefix))
+            self.stdout.write(f"enqueued {len(job_ids)} jobs ({batch_prefix}-*) at fault rate {fault_rate}")
+            if wait:
+                self._report(batch_prefix, started, wait)
+            if not every:
+                return
+            close_old_connections()
+            time.sleep(every)  # demo pacing, not synchronisation
+            prefix = None
+
+    def _report(self, batch_prefix: str, started: float, wait: float) -> None:
+        jobs = Job.objects.filter(job_id__startswith=f"{batch_prefix}-")
+        deadline = started + wait
+        while time.monotonic() < deadline and jobs.exclude(status__in=SETTLED).exists():
+            time.sleep(0.2)  # polling for the batch to settle, with a bound
+        elapsed = time.monotonic() - started
+        counts = jobs.counts_by_status()
+        total = sum(counts.values())
+        settled = sum(n for status, n in counts.items() if status in SETTLED)
+        unknown = sum(counts.get(s, 0) for s in ("needs_reconciliation", "needs_operator", "escalated",
+                                                 "awaiting_approval"))
+        self.stdout.write(f"settled {settled}/{total} in {elapsed:.1f} s = {settled / elapsed:.1f} jobs/s")
+        self.stdout.write("  " + ", ".join(f"{status}: {n}" for status, n in sorted(counts.items())))
+        self.stdout.write(f"  left unknown or waiting for a human: {unknown} ({unknown / total:.0%})")
