@@ -34,7 +34,7 @@ def _send(
     result_field: str = "id",
 ) -> Outcome:
     try:
-        reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})})
+        reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})}, fault_job=job.job_id)
     except NotSent as exc:
         return Failed(error=str(exc), retryable=True, evidence={"sent": False})
     except NoAnswer as exc:

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from ledger.faults import fault_point
+
 
 class NotSent(Exception):
     """The request never reached the provider (connection refused, no route, DNS)."""
@@ -44,6 +46,7 @@ def call(
     body: dict | None = None,
     headers: dict | None = None,
     timeout: float | None = None,
+    fault_job: str = "",
 ) -> Reply:
     parts = urlsplit(url)
     timeout = timeout if timeout is not None else settings.RECKON_PROVIDER_TIMEOUT
@@ -62,6 +65,8 @@ def call(
                 body=data,
                 headers={"Content-Type": "application/json", **(headers or {})},
             )
+            if fault_job:
+                fault_point("during_call", fault_job)
             response = connection.getresponse()
             raw = response.read()
         except (TimeoutError, OSError, http.client.HTTPException) as exc:

@@ -16,6 +16,7 @@ from django.db import connection
 
 from ledger import services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
+from ledger.faults import fault_point
 from ledger.models import Job
 
 log = logging.getLogger("reckon.worker")
@@ -83,11 +84,16 @@ def execute(job_id: str, *, worker: str | None = None) -> str:
                 services.verify_identity(lease=lease, observed=observed)
             except services.IdentityMismatch:
                 return "blocked"
+        fault_point("before_call", job_id)
         services.begin_side_effect(lease=lease)
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
         with LeaseKeeper(lease, renew_every) as keeper:
             outcome = _call(action.executor, job)
-        return _record(keeper.lease, outcome)
+        if isinstance(outcome, Succeeded):
+            fault_point("after_provider_success", job_id)
+        result = _record(keeper.lease, outcome)
+        fault_point("after_local_write", job_id)
+        return result
     except services.StaleLease as stale:
         log.warning("job %s: %s", job_id, stale)
         return "stale"
