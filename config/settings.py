@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "approvals",
     "console",
     "sandbox",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -80,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.hardening.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -177,6 +179,55 @@ RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
 RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
 # Dispatch run_job to django-q2 when a job is enqueued or reopened.
 RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
+
+# Reconciliation and approvals. A lookup that says nothing definite is retried after
+# base * 2**(n-1) seconds (capped, with jitter); after MAX_CHECKS such looks a human decides.
+RECKON_RECONCILE_BACKOFF_BASE = float(os.environ.get("RECKON_RECONCILE_BACKOFF_BASE", "2"))
+RECKON_RECONCILE_BACKOFF_CAP = float(os.environ.get("RECKON_RECONCILE_BACKOFF_CAP", "300"))
+RECKON_RECONCILE_MAX_CHECKS = envint("RECKON_RECONCILE_MAX_CHECKS", 8)
+RECKON_RECONCILE_BATCH = envint("RECKON_RECONCILE_BATCH", 100)
+# A claimed job is not due again for this long: longer than the slowest lookup (two calls).
+RECKON_RECONCILE_CLAIM_TTL = float(os.environ.get("RECKON_RECONCILE_CLAIM_TTL", "60"))
+RECKON_RECONCILE_INTERVAL = float(os.environ.get("RECKON_RECONCILE_INTERVAL", "2"))
+RECKON_APPROVAL_TTL_HOURS = float(os.environ.get("RECKON_APPROVAL_TTL_HOURS", "24"))
+RECKON_RECOVERY_WINDOW_MINUTES = envint("RECKON_RECOVERY_WINDOW_MINUTES", 30)
+
+# -- Hardening: cookies, headers, limits, login throttling, the worker API and /metrics ---------
+# Secure transport settings switch on with RECKON_DEBUG=false, so that
+# `manage.py check --deploy --fail-level WARNING` is clean in production; each is overridable.
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = envbool("RECKON_SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("RECKON_CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = envbool("RECKON_SSL_REDIRECT", not DEBUG)
+# Probes and Prometheus scrape over plain HTTP on the host itself.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = envint("RECKON_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("RECKON_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = envbool("RECKON_HSTS_PRELOAD", True)
+if envbool("RECKON_BEHIND_TLS_PROXY", False):  # the proxy terminates TLS and sets X-Forwarded-Proto
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Everything is served from our own origin (htmx included); no inline scripts.
+RECKON_CSP = os.environ.get(
+    "RECKON_CSP",
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("RECKON_MAX_REQUEST_BYTES", 1024 * 1024)
+RECKON_API_MAX_BODY_BYTES = envint("RECKON_API_MAX_BODY_BYTES", 256 * 1024)
+# Per-process by default; with several web processes use a shared cache (e.g. Django's
+# database cache) so the login limit holds across them.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "reckon"}}
+RECKON_LOGIN_FAILURE_LIMIT = envint("RECKON_LOGIN_FAILURE_LIMIT", 5)
+RECKON_LOGIN_FAILURE_WINDOW = envint("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60)
+RECKON_METRICS_TOKEN = os.environ.get("RECKON_METRICS_TOKEN", "")
+RECKON_METRICS_ALLOW = [
+    a.strip() for a in os.environ.get("RECKON_METRICS_ALLOW", "127.0.0.1,::1").split(",") if a.strip()
+]
+# -- end of hardening ----------------------------------------------------------------------------
 
 LOGGING = {
     "version": 1,

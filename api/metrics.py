@@ -1,0 +1,173 @@
+"""`/metrics`: the ledger in Prometheus text format, each family one aggregate query.
+
+Access: a bearer token (RECKON_METRICS_TOKEN) or a client address in RECKON_METRICS_ALLOW.
+Reconciliation and approval families appear once those apps have their tables.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from django.apps import apps
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import Delivery, Execution, JobStatus, SideEffect
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+UNKNOWN_WORK = (
+    JobStatus.NEEDS_RECONCILIATION,
+    JobStatus.NEEDS_OPERATOR,
+    JobStatus.ESCALATED,
+    JobStatus.AWAITING_APPROVAL,
+    JobStatus.BLOCKED,
+)
+EVENT_COUNTERS = {
+    "late_write_rejected": (
+        "reckon_late_writes_rejected_total",
+        "Writes refused because their lease was stale.",
+    ),
+    "duplicate_delivery": ("reckon_duplicate_deliveries_total", "Claims refused as duplicate deliveries."),
+}
+LEASE_EXPIRY_KINDS = {"lease_expired_reclaimed": "reclaimed", "lease_expired_unknown": "unknown"}
+
+
+def allowed(request: HttpRequest) -> bool:
+    token = settings.RECKON_METRICS_TOKEN
+    scheme, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return True
+    try:
+        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(client in ipaddress.ip_network(net, strict=False) for net in settings.RECKON_METRICS_ALLOW)
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not allowed(request):
+        return HttpResponse(
+            "metrics need a bearer token or an allowed address\n", status=403, content_type="text/plain"
+        )
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)
+
+
+class Exposition:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        for labels, value in samples:
+            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self.lines.append(
+                f"{name}{{{label_text}}} {_number(value)}" if labels else f"{name} {_number(value)}"
+            )
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _grouped(queryset, field: str) -> dict[str, int]:
+    return dict(queryset.order_by().values_list(field).annotate(n=Count("pk")))
+
+
+def exposition() -> str:
+    out = Exposition()
+    jobs = Job.objects.counts_by_status()
+    out.family(
+        "reckon_jobs", "gauge", "Jobs by status.", [({"status": s}, jobs.get(s, 0)) for s in JobStatus.values]
+    )
+    for ledger, field, states in (
+        ("delivery", "delivery_state", Delivery),
+        ("execution", "execution_state", Execution),
+        ("side_effect", "side_effect_state", SideEffect),
+    ):
+        counts = _grouped(Attempt.objects.all(), field)
+        out.family(
+            f"reckon_attempts_by_{ledger}",
+            "gauge",
+            f"Attempts by {ledger.replace('_', ' ')} state.",
+            [({"state": s}, counts.get(s, 0)) for s in states.values],
+        )
+
+    depth, oldest = _unknown_work()
+    out.family(
+        "reckon_unknown_work_jobs", "gauge", "Jobs waiting on reconciliation or a human.", [({}, depth)]
+    )
+    out.family(
+        "reckon_unknown_work_oldest_age_seconds",
+        "gauge",
+        "Seconds since the longest-waiting unknown-work job last changed (0 when none).",
+        [({}, oldest)],
+    )
+
+    kinds = _grouped(LedgerEvent.objects.filter(kind__in=[*EVENT_COUNTERS, *LEASE_EXPIRY_KINDS]), "kind")
+    for kind, (name, help_text) in EVENT_COUNTERS.items():
+        out.family(name, "counter", help_text, [({}, kinds.get(kind, 0))])
+    out.family(
+        "reckon_lease_expiries_total",
+        "counter",
+        "Leases that expired, by what became of the attempt.",
+        [({"outcome": outcome}, kinds.get(kind, 0)) for kind, outcome in LEASE_EXPIRY_KINDS.items()],
+    )
+
+    checks = _optional_grouped("reconciliation", "ReconciliationCheck", "outcome")
+    if checks is not None:
+        outcomes = sorted({"confirmed", "not_found", "conflict", "unavailable", *checks})
+        out.family(
+            "reckon_reconciliation_checks_total",
+            "counter",
+            "Reconciliation checks by outcome.",
+            [({"outcome": o}, checks.get(o, 0)) for o in outcomes],
+        )
+    approvals = _optional_grouped("approvals", "ApprovalRequest", "status", status="pending")
+    if approvals is not None:
+        out.family(
+            "reckon_approvals_pending",
+            "gauge",
+            "Approval requests awaiting a decision.",
+            [({}, approvals.get("pending", 0))],
+        )
+    return out.text()
+
+
+def _unknown_work() -> tuple[int, float]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0)"
+            f" FROM {Job._meta.db_table} WHERE status = ANY(%s)",
+            [[s.value for s in UNKNOWN_WORK]],
+        )
+        depth, oldest = cursor.fetchone()
+    return depth, max(0.0, round(float(oldest), 3))
+
+
+def _optional_grouped(app_label: str, model_name: str, field: str, **filters) -> dict[str, int] | None:
+    """Counts from another app's model, or None while that model or its table does not exist."""
+    if not apps.is_installed(app_label):
+        return None
+    try:
+        model = apps.get_model(app_label, model_name)
+    except LookupError:
+        return None
+    try:
+        with transaction.atomic():  # a savepoint: a missing table must not poison the request
+            return _grouped(model.objects.filter(**filters), field)
+    except DatabaseError:
+        return None

@@ -1,0 +1,53 @@
+"""WorkerToken: a bearer credential for the HTTP worker API, scoped to tenants and actions.
+
+Only the SHA-256 of a token is stored; the token itself is shown once, when it is created.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+ALL = "*"
+
+
+class WorkerTokenQuerySet(models.QuerySet):
+    def active(self) -> WorkerTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class WorkerToken(models.Model):
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, for display.")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    tenants = models.JSONField(default=list, help_text='Tenants this token may act for; "*" for all.')
+    actions = models.JSONField(default=list, help_text='Actions this token may run; "*" for all.')
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkerTokenQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="worker_token_hash_hex"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def allows(self, *, tenant: str, action: str) -> bool:
+        return (ALL in self.tenants or tenant in self.tenants) and (
+            ALL in self.actions or action in self.actions
+        )

@@ -1,0 +1,81 @@
+"""Fixtures for the worker API: tokens with a scope, and a JSON client that sends them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from django.test import Client
+
+from api import tokens
+from ledger.models import Attempt, Job, LedgerEvent
+
+
+@dataclass
+class Answer:
+    status: int
+    json: dict
+    headers: dict
+
+
+class ApiClient:
+    def __init__(self, token: str | None = None):
+        self.token = token
+        self.django = Client()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        *,
+        token: str | None = "default",
+        raw: bytes | None = None,
+        headers: dict | None = None,
+    ) -> Answer:
+        token = self.token if token == "default" else token
+        extra = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+        for name, value in (headers or {}).items():
+            extra["HTTP_" + name.upper().replace("-", "_")] = value
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        response = self.django.generic(method, path, data, content_type="application/json", **extra)
+        decoded = json.loads(response.content) if response.content else {}
+        return Answer(response.status_code, decoded, dict(response.headers))
+
+    def get(self, path, **kw) -> Answer:
+        return self.call("GET", path, **kw)
+
+    def post(self, path, body=None, **kw) -> Answer:
+        return self.call("POST", path, body, **kw)
+
+
+def issue(tenants=("*",), actions=("*",), name: str = "worker") -> str:
+    return tokens.worker_token_create(name=name, tenants=list(tenants), actions=list(actions)).token
+
+
+@pytest.fixture
+def token(db) -> str:
+    """A token for every tenant and action."""
+    return issue(name="all")
+
+
+@pytest.fixture
+def api(token) -> ApiClient:
+    return ApiClient(token)
+
+
+def lease_body(lease: dict, **extra) -> dict:
+    return {"owner": lease["owner"], "fencing_token": lease["fencing_token"], **extra}
+
+
+def ledger_state() -> tuple:
+    """Everything a refused request must leave alone: every job and attempt row, as values."""
+    return (
+        list(Job.objects.order_by("pk").values()),
+        list(Attempt.objects.order_by("pk").values()),
+    )
+
+
+def event_count() -> int:
+    return LedgerEvent.objects.count()
