@@ -90,82 +90,82 @@ def _accepting(port: int) -> bool:
         return False
 
 
+class Cluster:
+    """A private PostgreSQL cluster in `folder`, listening on 127.0.0.1:`port` only."""
+
+    def __init__(self, folder: Path, port: int):
+        self.folder, self.port = Path(folder), port
+        self.data = self.folder / "data"
+
+    def settings(self, name: str = DB_NAME) -> dict:
+        return {"HOST": "127.0.0.1", "PORT": str(self.port), "NAME": name, "USER": DB_USER, "PASSWORD": ""}
+
+    def url(self, name: str = DB_NAME) -> str:
+        return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists() and _accepting(self.port)
+
+    def ensure(self, database: str = DB_NAME) -> dict:
+        """Create on first use, start if stopped, create `database`; cheap when already up."""
+        if self.running():
+            return self.settings(database)
+        bindir, prefix = find_bindir(), _as_postgres()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.geteuid() == 0:
+                shutil.chown(self.folder, "postgres", "postgres")
+            if not (self.data / "PG_VERSION").exists():
+                initdb = [str(bindir / "initdb"), "-D", str(self.data), "-U", DB_USER, "-A", "trust"]
+                _run(prefix + initdb + ["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], "initdb")
+            if not _accepting(self.port):
+                self.start()
+            _ensure_database(self.port, database)
+        return self.settings(database)
+
+    def start(self) -> None:
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories='' "
+                   "-c max_connections=200")
+        command = [str(find_bindir() / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"),
+                   "-w", "-t", "30", "-o", options, "start"]
+        _run(_as_postgres() + command, "pg_ctl start")
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            command = [str(find_bindir() / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
+            _run(_as_postgres() + command, "pg_ctl stop")
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+
+
+def default_cluster() -> Cluster:
+    folder = _cluster_dir()
+    return Cluster(folder, _port_for(folder))
+
+
 def ensure_cluster() -> dict:
     """Start (and on first use create) the local cluster; return Django connection settings."""
-    folder = _cluster_dir()
-    port = _port_for(folder)
-    settings = {"HOST": "127.0.0.1", "PORT": str(port), "NAME": DB_NAME, "USER": DB_USER, "PASSWORD": ""}
-    data = folder / "data"
-    if (data / "postmaster.pid").exists() and _accepting(port):
-        return settings
-
-    bindir = find_bindir()
-    prefix = _as_postgres()
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.geteuid() == 0:
-            shutil.chown(folder, "postgres", "postgres")
-        if not (data / "PG_VERSION").exists():
-            _run(
-                prefix
-                + [
-                    str(bindir / "initdb"),
-                    "-D",
-                    str(data),
-                    "-U",
-                    DB_USER,
-                    "-A",
-                    "trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C.UTF-8",
-                    "--no-sync",
-                ],
-                "initdb",
-            )
-        if not _accepting(port):
-            _run(
-                prefix
-                + [
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-l",
-                    str(folder / "server.log"),
-                    "-w",
-                    "-t",
-                    "30",
-                    "-o",
-                    f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
-                    "-c max_connections=200 -c fsync=on",
-                    "start",
-                ],
-                "pg_ctl start",
-            )
-        _ensure_database(port)
-    return settings
+    return default_cluster().ensure()
 
 
 def stop_cluster() -> None:
-    folder = _cluster_dir()
-    data = folder / "data"
-    if (data / "postmaster.pid").exists():
-        _run(
-            _as_postgres() + [str(find_bindir() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-            "pg_ctl stop",
-        )
+    default_cluster().stop()
 
 
-def _ensure_database(port: int) -> None:
+def _ensure_database(port: int, name: str = DB_NAME) -> None:
     import psycopg
 
     try:
         with psycopg.connect(
             host="127.0.0.1", port=port, user=DB_USER, dbname="postgres", autocommit=True, connect_timeout=10
         ) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-                conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as exc:
         raise LocalDatabaseError(f"cannot prepare the local PostgreSQL on port {port}: {exc}") from exc
 
