@@ -41,6 +41,11 @@ class Job(models.Model):
     idempotency_key = models.CharField(max_length=320, unique=True)
     status = models.CharField(max_length=24, choices=JobStatus.choices, default=JobStatus.PENDING)
     lease_seq = models.BigIntegerField(default=0)
+    # Reconciliation's schedule: when to look again, and how many looks found nothing definite.
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    check_count = models.PositiveIntegerField(default=0)
+    # Set by `recover` after a restore: no new side effect until reconciliation has looked.
+    recovery_pending = models.BooleanField(default=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -53,6 +58,12 @@ class Job(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "created_at"], name="job_status_created"),
+            # The reconciler's due-job selection, and nothing else.
+            models.Index(
+                fields=["next_check_at"],
+                name="job_reconcile_due",
+                condition=Q(status=JobStatus.NEEDS_RECONCILIATION) | Q(recovery_pending=True),
+            ),
         ]
 
     def __str__(self) -> str:

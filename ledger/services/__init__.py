@@ -17,6 +17,16 @@ from ledger.services.core import (
     StaleLease,
     open_next_attempt,
 )
+from ledger.services.decisions import (
+    DecisionRefused,
+    StaleDecision,
+    allowed_decisions,
+    cancel_job,
+    confirm_effect,
+    escalate,
+    mark_not_found,
+    retry_reconciliation,
+)
 from ledger.services.jobs import enqueue_job, idempotency_key_for
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
 from ledger.services.worker import (
@@ -32,6 +42,8 @@ from ledger.services.worker import (
 __all__ = [
     "ClaimRefused",
     "ClockTimestamp",
+    "DecisionRefused",
+    "StaleDecision",
     "IdentityMismatch",
     "InvalidJob",
     "JobConflict",
@@ -39,15 +51,21 @@ __all__ = [
     "LedgerError",
     "StaleLease",
     "SweepResult",
+    "allowed_decisions",
     "begin_side_effect",
+    "cancel_job",
     "claim_job",
+    "confirm_effect",
     "enqueue_job",
+    "escalate",
     "idempotency_key_for",
+    "mark_not_found",
     "open_next_attempt",
     "record_failure",
     "record_success",
     "record_unknown",
     "renew_lease",
+    "retry_reconciliation",
     "sweep_expired_leases",
     "verify_identity",
 ]

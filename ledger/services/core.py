@@ -117,6 +117,20 @@ def set_job_status(job: Job, status: str) -> None:
     if job.status != status:
         Job.objects.filter(pk=job.pk).update(status=status, updated_at=Now())
         job.status = status
+        if status == JobStatus.NEEDS_RECONCILIATION:
+            trigger_reconciliation()
+
+
+def trigger_reconciliation() -> None:
+    """Run a reconciliation pass soon after this commit (the schedule only fires each minute)."""
+    if settings.RECKON_DISPATCH:
+        transaction.on_commit(_enqueue_reconciliation)
+
+
+def _enqueue_reconciliation() -> None:
+    from django_q.tasks import async_task
+
+    async_task("reconciliation.tasks.reconcile_due_jobs", task_name="reconcile_due_jobs")
 
 
 def snapshot(job: Job, attempt: Attempt | None) -> dict:

@@ -30,6 +30,11 @@ from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.states import FINISHED_JOB, ActorType, Delivery, Execution, JobStatus, SideEffect
 
+RECOVERY_REFUSAL = (
+    "job {job} is under recovery after a restore of the ledger: no new side effect until "
+    "reconciliation has looked it up at the provider"
+)
+
 
 def claim_job(*, job_id: str, worker: str) -> Lease:
     """Lease the job's queued attempt for `worker`, with the next fencing token."""
@@ -64,7 +69,7 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
             if attempt.execution_state == Execution.RUNNING:  # an expired lease
                 expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER, dispatch=False)
                 attempt = latest_attempt(job)
-            if attempt.execution_state == Execution.NOT_STARTED:
+            if attempt.execution_state == Execution.NOT_STARTED and not job.recovery_pending:
                 return _lease(job, attempt, worker=worker, now=now)
             if job.status in FINISHED_JOB:
                 refusal = ClaimRefused("attempts_exhausted", f"job {job_id} has used all its attempts")
@@ -74,7 +79,9 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
 
 
 def _refuse_claim(job: Job, attempt: Attempt, worker: str) -> ClaimRefused:
-    if attempt.execution_state == Execution.UNKNOWN:
+    if job.recovery_pending:
+        reason, message = "under_recovery", RECOVERY_REFUSAL.format(job=job.job_id)
+    elif attempt.execution_state == Execution.UNKNOWN:
         reason, message = (
             "previous_attempt_unknown",
             (f"attempt {attempt.number} is unknown: no retry until it is reconciled"),
@@ -196,6 +203,8 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
     with transaction.atomic():
         job, attempt, stale = _held(lease, "begin_side_effect", require_unexpired=True)
         if not stale:
+            if job.recovery_pending:
+                raise LedgerError(RECOVERY_REFUSAL.format(job=job.job_id))
             if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
                 raise LedgerError(
                     f"attempt {attempt.number}: side effect already {attempt.side_effect_state}"

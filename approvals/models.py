@@ -1,0 +1,73 @@
+"""ApprovalRequest: a second person's yes before an irreversible action is replayed.
+
+Four eyes is a database rule (decided_by <> requested_by), not only a view rule, and a job has
+at most one pending request (a partial unique index).
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+
+
+class ApprovalRequest(models.Model):
+    job = models.ForeignKey("ledger.Job", on_delete=models.PROTECT, related_name="approval_requests")
+    attempt = models.ForeignKey(
+        "ledger.Attempt", on_delete=models.PROTECT, related_name="approval_requests"
+    )
+    # Null when the reconciler asked (nobody to exclude); the actor is in `requested_by_actor`.
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    requested_by_actor = models.CharField(max_length=200)
+    reason = models.TextField()
+    status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, default="")
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    # SHA-256 of the canonical JSON of the job payload the approval is granted for.
+    payload_digest = models.CharField(max_length=64)
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in ApprovalStatus]), name="approval_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(decided_by__isnull=True)
+                | Q(requested_by__isnull=True)
+                | ~Q(decided_by=F("requested_by")),
+                name="approval_four_eyes",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=ApprovalStatus.PENDING) | Q(decided_at__isnull=False),
+                name="approval_decided_has_time",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=[ApprovalStatus.APPROVED, ApprovalStatus.REJECTED])
+                | Q(decided_by__isnull=False),
+                name="approval_decided_has_decider",
+            ),
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(status=ApprovalStatus.PENDING),
+                name="approval_one_pending_per_job",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "expires_at"], name="approval_status_expiry")]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} for {self.job_id} ({self.status})"

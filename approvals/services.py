@@ -1,0 +1,242 @@
+"""Approvals: request, approve, reject, withdraw, expire — the transitions of ApprovalRequest.
+
+Each takes the job's row lock first (as every transition does) and writes its LedgerEvent in
+the same transaction. Four eyes is checked here with a clear message and enforced again by
+the database's CHECK constraint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from approvals.models import ApprovalRequest, ApprovalStatus
+from ledger.models import Attempt, Job
+from ledger.services.core import (
+    ClockTimestamp,
+    LedgerError,
+    latest_attempt,
+    lock_job,
+    open_next_attempt,
+    record_event,
+    set_job_status,
+    snapshot,
+)
+from ledger.states import FINISHED_JOB, ActorType, Execution, JobStatus
+
+
+class ApprovalRefused(LedgerError):
+    """The approval decision is not allowed; nothing was changed."""
+
+
+def payload_digest(payload: dict) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def open_approval_request(
+    job: Job,
+    attempt: Attempt,
+    *,
+    requested_by,
+    actor: str,
+    actor_type: str,
+    reason: str,
+    evidence: dict | None = None,
+) -> ApprovalRequest:
+    """Within the caller's transaction, job locked, latest attempt closed: ask for approval."""
+    before = snapshot(job, attempt)
+    set_job_status(job, JobStatus.AWAITING_APPROVAL)
+    request = ApprovalRequest.objects.create(
+        job=job,
+        attempt=attempt,
+        requested_by=requested_by,
+        requested_by_actor=actor[:200],
+        reason=reason,
+        expires_at=job.db_now + timedelta(hours=settings.RECKON_APPROVAL_TTL_HOURS),
+        payload_digest=payload_digest(job.payload),
+        evidence=evidence or {},
+    )
+    record_event(
+        job,
+        attempt,
+        actor_type=actor_type,
+        actor=actor,
+        kind="approval_requested",
+        before=before,
+        after=snapshot(job, attempt),
+        note=reason,
+        evidence={"approval_request": request.pk, "payload_digest": request.payload_digest},
+    )
+    return request
+
+
+def request_approval(*, job_id: str, user, reason: str, evidence: dict | None = None) -> ApprovalRequest:
+    """Ask a second person to approve replaying a job whose latest attempt did nothing."""
+    reason = _required_note(reason, "a reason")
+    with transaction.atomic():
+        job = lock_job(job_id=job_id)
+        attempt = latest_attempt(job)
+        if job.status in FINISHED_JOB or job.status == JobStatus.AWAITING_APPROVAL:
+            raise ApprovalRefused(f"job {job_id} is {job.status}: no approval can be requested")
+        if attempt.execution_state != Execution.FAILED:
+            raise ApprovalRefused(
+                f"attempt {attempt.number} is {attempt.execution_state}: a replay can be approved "
+                "only once the latest attempt is known to have done nothing"
+            )
+        return open_approval_request(
+            job,
+            attempt,
+            requested_by=user,
+            actor=user.get_username(),
+            actor_type=ActorType.OPERATOR,
+            reason=reason,
+            evidence=evidence,
+        )
+
+
+def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
+    """Four eyes, same payload: then open the next attempt with the same key and dispatch it."""
+    note = _required_note(note, "a note")
+    with transaction.atomic():
+        job, request, attempt = _pending(request_id)
+        if request.requested_by_id is not None and request.requested_by_id == user.pk:
+            raise ApprovalRefused(
+                f"four eyes: {user.get_username()} requested this approval and cannot approve it; "
+                "another approver must decide"
+            )
+        digest = payload_digest(job.payload)
+        if digest != request.payload_digest:
+            raise ApprovalRefused(
+                f"the job's payload changed since approval was requested (digest {digest[:12]}… "
+                f"is not {request.payload_digest[:12]}…); request approval again"
+            )
+        _decide(request, ApprovalStatus.APPROVED, user=user, note=note, at=job.db_now)
+        record_event(
+            job,
+            attempt,
+            actor_type=ActorType.APPROVER,
+            actor=user.get_username(),
+            kind="approval_granted",
+            before=snapshot(job, attempt),
+            after=snapshot(job, attempt),
+            note=note,
+            evidence={"approval_request": request.pk, "payload_digest": digest},
+        )
+        open_next_attempt(
+            job,
+            attempt,
+            actor=user.get_username(),
+            actor_type=ActorType.APPROVER,
+            note=f"replay approved by {user.get_username()}: {note}",
+        )
+    return request
+
+
+def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
+    """No replay: the job is cancelled and its latest attempt stays as it is."""
+    note = _required_note(note, "a note")
+    with transaction.atomic():
+        job, request, attempt = _pending(request_id)
+        if request.requested_by_id is not None and request.requested_by_id == user.pk:
+            raise ApprovalRefused(
+                f"four eyes: {user.get_username()} requested this approval and cannot decide it; "
+                "withdraw it instead"
+            )
+        _decide(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
+        _close(job, attempt, JobStatus.CANCELLED, ActorType.APPROVER, user.get_username(), "approval_rejected", note, request)
+    return request
+
+
+def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
+    """The request is taken back; the job goes in front of an operator again."""
+    note = _required_note(note, "a note")
+    with transaction.atomic():
+        job, request, attempt = _pending(request_id)
+        _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
+        _close(job, attempt, JobStatus.NEEDS_OPERATOR, ActorType.OPERATOR, user.get_username(), "approval_withdrawn", note, request)
+    return request
+
+
+def expire_due(*, actor: str = "approval-expiry") -> int:
+    """Pending requests past their expiry become expired; their jobs need an operator."""
+    due = list(
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=ClockTimestamp())
+        .order_by("expires_at")
+        .values_list("pk", flat=True)
+    )
+    expired = 0
+    for request_id in due:
+        with transaction.atomic():
+            try:
+                job, request, attempt = _pending(request_id, allow_expired=True)
+            except ApprovalRefused:
+                continue  # decided since we looked
+            if request.expires_at > job.db_now:
+                continue
+            note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
+            _decide(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
+            _close(job, attempt, JobStatus.NEEDS_OPERATOR, ActorType.SYSTEM, actor, "approval_expired", note, request)
+            expired += 1
+    return expired
+
+
+def withdraw_pending_for(job: Job, *, actor: str, actor_type: str, note: str) -> ApprovalRequest | None:
+    """Within a transition that closes the job: its pending request, if any, is withdrawn."""
+    request = ApprovalRequest.objects.select_for_update().filter(job=job, status=ApprovalStatus.PENDING).first()
+    if request is not None:
+        _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
+    return request
+
+
+def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, ApprovalRequest, Attempt]:
+    try:
+        job_id = ApprovalRequest.objects.values_list("job__job_id", flat=True).get(pk=request_id)
+    except ApprovalRequest.DoesNotExist:
+        raise ApprovalRefused(f"no approval request {request_id}") from None
+    job = lock_job(job_id=job_id)
+    request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
+    if request.status != ApprovalStatus.PENDING:
+        who = f" by {request.decided_by.get_username()}" if request.decided_by_id else ""
+        when = f" at {request.decided_at.isoformat()}" if request.decided_at else ""
+        raise ApprovalRefused(f"approval request {request_id} is already {request.status}{who}{when}")
+    if not allow_expired and request.expires_at <= job.db_now:
+        raise ApprovalRefused(f"approval request {request_id} expired at {request.expires_at.isoformat()}")
+    attempt = latest_attempt(job)
+    if attempt.pk != request.attempt_id or job.status != JobStatus.AWAITING_APPROVAL:
+        raise ApprovalRefused(
+            f"job {job_id} moved on since approval was requested (it is {job.status}, "
+            f"latest attempt {attempt.number})"
+        )
+    return job, request, attempt
+
+
+def _decide(request: ApprovalRequest, status: str, *, user, note: str, at) -> None:
+    request.status, request.decided_by, request.decided_at, request.decision_note = status, user, at, note
+    request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+
+
+def _close(job, attempt, status, actor_type, actor, kind, note, request) -> None:
+    before = snapshot(job, attempt)
+    set_job_status(job, status)
+    record_event(
+        job,
+        attempt,
+        actor_type=actor_type,
+        actor=actor,
+        kind=kind,
+        before=before,
+        after=snapshot(job, attempt),
+        note=note,
+        evidence={"approval_request": request.pk},
+    )
+
+
+def _required_note(note, what: str) -> str:
+    if not isinstance(note, str) or not note.strip():
+        raise ApprovalRefused(f"{what} is required: say why, for the audit trail")
+    return note.strip()

@@ -1,0 +1,35 @@
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from reconciliation.services import reconcile_until_idle
+
+
+class Command(BaseCommand):
+    help = "Look up unknown work at its providers and apply what was found."
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--once", action="store_true", help="one pass over the due jobs (the default)")
+        mode.add_argument("--loop", action="store_true", help="keep reconciling every --interval seconds")
+        parser.add_argument("--interval", type=float, default=settings.RECKON_RECONCILE_INTERVAL)
+        parser.add_argument("--limit", type=int, default=settings.RECKON_RECONCILE_BATCH, help="jobs per batch")
+
+    def handle(self, *args, once, loop, interval, limit, **options):
+        if limit < 1:
+            raise CommandError("--limit must be at least 1")
+        while True:
+            started = time.monotonic()
+            decisions = reconcile_until_idle(limit=limit)
+            for decision in decisions:
+                self.stdout.write(str(decision))
+            if decisions or not loop:
+                elapsed = time.monotonic() - started
+                rate = len(decisions) / elapsed if elapsed > 0 else 0.0
+                self.stdout.write(f"reconciled {len(decisions)} job(s) in {elapsed:.2f} s ({rate:.0f}/s)")
+            if not loop:
+                return
+            close_old_connections()
+            time.sleep(interval)  # the loop's pacing, not synchronisation
