@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "console",
     "sandbox",
     "api",
+    "chaos",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChaosConfig(AppConfig):
+    name = "chaos"
+    default_auto_field = "django.db.models.BigAutoField"

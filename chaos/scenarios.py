@@ -1,0 +1,252 @@
+"""The failure-injection matrix of DESIGN.md §6, with real processes and real signals.
+
+Each scenario takes the world and a run number, injects its failure into real `qcluster`
+workers (a named fault point makes a worker SIGSTOP itself; we then SIGKILL it there, or
+SIGCONT it later), lets Reckon's own machinery recover, and returns what it observed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+from django_q.tasks import async_task
+
+from chaos.checks import RunResult, evaluate, event_count, recover
+from chaos.world import World, kill, wait_until
+from ledger.models import Job
+from ledger.services import enqueue_job
+from ledger.states import JobStatus
+
+MAIL = {"to": "ops@acme.example", "subject": "Receipt", "body": "Thanks for your order."}
+
+
+def _invoice(n: int) -> dict:
+    return {"customer": f"cus_{n}", "amount_cents": 1000 + n, "currency": "EUR", "description": "Plan"}
+
+
+def _enqueue(job_id: str, action: str = "mail.send", payload: dict | None = None) -> str:
+    enqueue_job(job_id=job_id, tenant="chaos", action=action, payload=payload or MAIL, actor="chaos")
+    return job_id
+
+
+def _status(job_id: str) -> str:
+    return Job.objects.get(job_id=job_id).status
+
+
+def _expect(result: RunResult, ok: bool, message: str) -> None:
+    if not ok:
+        result.expectations.append(message)
+
+
+class Scenario:
+    name = ""
+    summary = ""
+    recover_timeout = 60.0
+
+    def setup(self, world: World) -> None:
+        """Start the workers this scenario's runs share."""
+
+    def run(self, world: World, result: RunResult) -> list[str]:
+        raise NotImplementedError
+
+
+class CrashAtPoint(Scenario):
+    """SIGKILL a worker stopped at a fault point; recovery must close the job with one effect."""
+
+    point = ""
+    expected_attempts = 1
+
+    def setup(self, world):
+        world.worker(self.name, fault_point=self.point, jobs=f"{self.name}-*", workers=2)
+
+    def run(self, world, result):
+        job_id = _enqueue(f"{self.name}-{result.seed}-{result.run}")
+        pid = world.wait_for_fault(job_id, self.point)
+        kill(pid)
+        result.recover_seconds = recover([job_id], timeout=self.recover_timeout)
+        _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}, not succeeded")
+        attempts = Job.objects.get(job_id=job_id).attempts.count()
+        _expect(result, attempts == self.expected_attempts,
+                f"{job_id} used {attempts} attempts, expected {self.expected_attempts}")
+        return [job_id]
+
+
+class CrashBeforeCall(CrashAtPoint):
+    name, point, expected_attempts = "crash_before_call", "before_call", 2
+    summary = "killed before the external call -> reclaimed after lease expiry, one effect"
+
+
+class CrashDuringCall(CrashAtPoint):
+    name, point = "crash_during_call", "during_call"
+    summary = "killed with the request on the wire -> unknown, reconciled by marker, one effect"
+
+
+class CrashAfterSuccess(CrashAtPoint):
+    name, point = "crash_after_provider_success", "after_provider_success"
+    summary = "killed after the provider's 2xx, before the local write -> unknown, reconciled, one effect"
+
+
+class CrashAfterLocalWrite(CrashAtPoint):
+    name, point = "crash_after_local_write", "after_local_write"
+    summary = "killed after the local write, before the queue's ack -> redelivered, refused as duplicate"
+    recover_timeout = World.Q_RETRY + 30
+
+    def run(self, world, result):
+        [job_id] = super().run(world, result)
+        # django-q2 never saw the ack: it redelivers after `retry`, and the ledger refuses it.
+        started = time.monotonic()
+        wait_until(lambda: event_count(job_id, "duplicate_delivery") >= 1, timeout=World.Q_RETRY + 30,
+                   interval=0.2, what=f"django-q2 to redeliver {job_id}")
+        result.recover_seconds = max(result.recover_seconds, time.monotonic() - started)
+        return [job_id]
+
+
+class DuplicateDelivery(Scenario):
+    name = "duplicate_delivery"
+    summary = "the same task delivered twice at once -> one attempt runs, the other is refused"
+
+    def setup(self, world):
+        world.worker(self.name, workers=2)
+
+    def run(self, world, result):
+        job_id = f"{self.name}-{result.seed}-{result.run}"
+        _enqueue(job_id, "billing.create_invoice", _invoice(result.run))
+        async_task("ledger.tasks.run_job", job_id, task_name=f"dup:{job_id}")
+        result.recover_seconds = recover([job_id], timeout=self.recover_timeout)
+        wait_until(lambda: event_count(job_id, "duplicate_delivery") >= 1, timeout=20,
+                   what=f"the second delivery of {job_id} to be refused")
+        _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}")
+        return [job_id]
+
+
+class SlowWorkerLeaseExpiry(Scenario):
+    name = "slow_worker_lease_expiry"
+    summary = "SIGSTOP past the lease, another worker takes over, SIGCONT -> late write rejected"
+
+    def setup(self, world):
+        # A long django-q2 timeout, so django-q2 does not kill the stopped worker for us.
+        world.worker(self.name, fault_point="before_call", jobs=f"{self.name}-*", workers=2,
+                     env={"RECKON_Q_TIMEOUT": "60", "RECKON_Q_RETRY": "90"})
+
+    def run(self, world, result):
+        job_id = _enqueue(f"{self.name}-{result.seed}-{result.run}")
+        pid = world.wait_for_fault(job_id, "before_call")  # stopped, holding attempt 1's lease
+        result.recover_seconds = recover([job_id], timeout=self.recover_timeout)  # reclaimed, attempt 2 runs
+        os.kill(pid, signal.SIGCONT)  # the slow worker wakes up and tries to begin its side effect
+        wait_until(lambda: event_count(job_id, "late_write_rejected") >= 1, timeout=20,
+                   what=f"the slow worker's late write on {job_id} to be rejected")
+        _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}")
+        return [job_id]
+
+
+class PostgresKilled(Scenario):
+    name = "postgres_killed"
+    summary = "PostgreSQL SIGKILLed mid-load and restarted -> every in-flight attempt ends correctly"
+    recover_timeout = 90.0
+
+    def run(self, world, result):
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0.05, "max": 0.3}})
+        worker = world.worker(f"{self.name}-{result.run}", workers=2)
+        job_ids = [_enqueue(f"{self.name}-{result.seed}-{result.run}-{n}",
+                            *(("billing.create_invoice", _invoice(n)) if n % 2 else ("mail.send", MAIL)))
+                   for n in range(10)]
+        wait_until(lambda: Job.objects.filter(job_id__in=job_ids, status=JobStatus.SUCCEEDED).count() >= 2,
+                   timeout=30, what="the load to be under way")
+        world.kill_postgres()
+        world.restart_postgres()
+        if worker.process.poll() is not None:  # a cluster that died with its database is restarted
+            world.worker(f"{self.name}-{result.run}-again", workers=2)
+        result.recover_seconds = recover(job_ids, timeout=self.recover_timeout)
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
+        return job_ids
+
+
+class RandomKills(Scenario):
+    name = "random_kills"
+    summary = "whole worker clusters SIGKILLed at random moments during a mixed workload"
+    recover_timeout = 120.0
+
+    def run(self, world, result):
+        rng = random.Random(result.seed * 1000 + result.run)
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0.0, "max": 0.2}})
+        job_ids = []
+        for n in range(12):
+            action, payload = [("mail.send", MAIL), ("billing.create_invoice", _invoice(n))][n % 2]
+            job_ids.append(_enqueue(f"{self.name}-{result.seed}-{result.run}-{n}", action, payload))
+        for kill_round in range(3):
+            worker = world.worker(f"{self.name}-{result.run}-{kill_round}", workers=2)
+            time.sleep(rng.uniform(0.5, 2.5))  # a random moment: the point of this scenario
+            os.killpg(worker.process.pid, signal.SIGKILL)
+            worker.process.wait()
+        world.worker(f"{self.name}-{result.run}-survivor", workers=2)
+        result.recover_seconds = recover(job_ids, timeout=self.recover_timeout)
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
+        return job_ids
+
+
+class StateStoreRestore(Scenario):
+    name = "state_store_restore"
+    summary = "dump, more work, restore, recover -> reconciliation before any new side effect"
+    recover_timeout = 90.0
+
+    def run(self, world, result):
+        from django.core.management import call_command
+        from django.db import connections
+
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        worker = world.worker(f"{prefix}-before", workers=2)
+        done = [_enqueue(f"{prefix}-a{n}", "billing.create_invoice", _invoice(n)) for n in range(2)]
+        recover(done, timeout=30)
+        worker.stop()
+        # Queued when the backup is taken; they run (with effects) after it.
+        queued = [_enqueue(f"{prefix}-b{n}", "mail.send", MAIL) for n in range(3)]
+        dump = world.workdir / f"{prefix}.dump"
+        _pg(world, "pg_dump", "-Fc", "-f", str(dump), world.database)
+        worker = world.worker(f"{prefix}-between", workers=2)
+        recover(queued, timeout=30)
+        worker.stop()
+        connections.close_all()
+        _pg(world, "pg_restore", "--clean", "--if-exists", "-d", world.database, str(dump))
+        # The restored ledger believes the queued jobs never ran; their tasks are queued again.
+        call_command("recover", verbosity=0)
+        world.worker(f"{prefix}-after", workers=2)
+        result.recover_seconds = recover(done + queued, timeout=self.recover_timeout)
+        return done + queued
+
+
+def _pg(world: World, tool: str, *args: str) -> None:
+    from config.localdb import find_bindir
+
+    command = [str(find_bindir() / tool), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{tool} failed: {done.stderr.strip()[:500]}")
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
+    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(),
+)}
+
+
+def run_scenario(world: World, scenario: Scenario, *, runs: int, seed: int) -> list[RunResult]:
+    results = []
+    scenario.setup(world)
+    try:
+        for run in range(runs):
+            result = RunResult(scenario=scenario.name, run=run, seed=seed)
+            job_ids: list[str] = []
+            try:
+                job_ids = scenario.run(world, result)
+            except Exception as exc:  # a scenario that breaks is a failed run, with its reason
+                result.error = f"{type(exc).__name__}: {exc}"
+            if job_ids:
+                evaluate(result, job_ids, world.sandbox)
+            results.append(result)
+    finally:
+        world.stop_workers()
+    return results

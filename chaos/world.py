@@ -1,0 +1,182 @@
+"""A scratch world for failure injection: its own PostgreSQL cluster, sandbox and workers.
+
+Everything is real and everything is ours to kill: the chaos run never touches the embedded
+development database, so SIGKILLing PostgreSQL itself is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connections
+
+from config.localdb import Cluster
+from sandbox.testing import SandboxProcess, free_port
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def wait_until(condition, *, timeout: float, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except Exception:  # the database may be restarting under us
+            value = None
+            connections.close_all()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Worker:
+    """A real `manage.py qcluster` process (in its own process group), optionally armed."""
+
+    def __init__(self, world: World, name: str, env: dict):
+        self.world, self.name = world, name
+        self.log = world.workdir / f"{name}.log"
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "qcluster"], cwd=ROOT,
+                                            env={**os.environ, **world.env(), **env}, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+class World:
+    # Short leases and a short django-q2 retry, so recovery happens in seconds, not minutes.
+    LEASE_TTL = 2.0
+    Q_TIMEOUT, Q_RETRY = 6, 8
+
+    def __init__(self, workdir: Path | None = None):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="reckon-chaos-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.workdir, 0o755)  # the postgres user must reach the cluster folder
+        self.cluster = Cluster(self.workdir / "pg", free_port())
+        self.database = "reckon_chaos"
+        self.sandbox = SandboxProcess(self.workdir / "sandbox.sqlite3")
+        self.faults_dir = self.workdir / "faults"
+        self.workers: list[Worker] = []
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> World:
+        self.cluster.ensure(self.database)
+        self._point_django_here()
+        from django.core.management import call_command
+
+        call_command("migrate", interactive=False, verbosity=0)
+        self.sandbox.start()
+        for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT"):
+            setattr(settings, f"RECKON_{name}_URL", self.sandbox.url)
+        settings.RECKON_DISPATCH = True
+        return self
+
+    def _point_django_here(self) -> None:
+        """This process's ORM talks to the scratch database from now on (nothing ran before)."""
+        connections.close_all()
+        connections["default"].settings_dict.update(self.cluster.settings(self.database))
+
+    def env(self) -> dict:
+        return {
+            "DATABASE_URL": self.cluster.url(self.database),
+            **{f"RECKON_{n}_URL": self.sandbox.url for n in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT")},
+            "RECKON_DEMO_LEASE_TTL": str(self.LEASE_TTL),
+            "RECKON_PROVIDER_TIMEOUT": "3",
+            "RECKON_Q_TIMEOUT": str(self.Q_TIMEOUT),
+            "RECKON_Q_RETRY": str(self.Q_RETRY),
+            "RECKON_FAULT_DIR": str(self.faults_dir),
+        }
+
+    def worker(self, name: str, *, fault_point: str | None = None, jobs: str = "", workers: int = 1,
+               env: dict | None = None) -> Worker:
+        env = {"RECKON_Q_WORKERS": str(workers), **(env or {})}
+        if fault_point:
+            env |= {"RECKON_FAULT_POINT": fault_point, "RECKON_FAULT_JOBS": jobs}
+        worker = Worker(self, name, env)
+        self.workers.append(worker)
+        return worker
+
+    def stop_workers(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.workers.clear()
+
+    def close(self, keep: bool = False) -> None:
+        self.stop_workers()
+        self.sandbox.stop()
+        connections.close_all()
+        try:
+            self.cluster.stop()
+        except Exception:
+            pid = self.cluster.postmaster_pid()
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- faults --------------------------------------------------------------------------
+
+    def wait_for_fault(self, job_id: str, point: str, timeout: float = 30) -> int:
+        """The pid of the worker that stopped itself at `point` for `job_id`."""
+        record = self.faults_dir / f"{job_id}.{point}"
+        pid = wait_until(lambda: record.exists() and record.read_text().strip(), timeout=timeout,
+                         what=f"{job_id} to reach {point}")
+        pid = int(pid)
+        wait_until(lambda: _state(pid) == "T", timeout=5, what=f"worker {pid} to stop at {point}")
+        return pid
+
+    def kill_postgres(self) -> None:
+        pid = self.cluster.postmaster_pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: _state(pid) in (None, "Z"), timeout=10, what="postgres to die")
+        connections.close_all()
+
+    def restart_postgres(self) -> None:
+        # A SIGKILLed postmaster leaves its pid file; pg_ctl start recovers from the WAL.
+        wait_until(lambda: self._start_postgres(), timeout=30, what="postgres to restart")
+        connections.close_all()
+
+    def _start_postgres(self) -> bool:
+        try:
+            self.cluster.start()
+            return True
+        except Exception:
+            return False
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    wait_until(lambda: _state(pid) in (None, "Z"), timeout=10, what=f"process {pid} to die")
