@@ -16,5 +16,5 @@ urlpatterns = [
     path("jobs/<str:job_id>/lease/failure", views.failure, name="failure"),
     path("jobs/<str:job_id>/lease/unknown", views.unknown, name="unknown"),
     path("openapi.json", views.openapi, name="openapi"),
-    re_path(r"^(?P<rest>.*)$", views.not_found),
+    re_path(r"^(?P<rest>[\s\S]*)$", views.not_found),
 ]
