@@ -1,0 +1,128 @@
+"""The console's forms: filters for the read pages, and the decisions people make."""
+
+from __future__ import annotations
+
+from django import forms
+
+from console.selectors.audit import AuditFilter
+from console.selectors.queue import TABS, QueueFilter
+from ledger.actions import registered_actions
+
+DECISION_LABELS = {
+    "confirm_effect": "Confirm effect",
+    "mark_not_found": "Mark not found",
+    "escalate": "Escalate",
+    "retry_reconciliation": "Retry reconciliation",
+    "cancel_job": "Cancel job",
+}
+BULK_DECISIONS = ("retry_reconciliation", "cancel_job")
+AGES = [("", "any age"), ("5", "older than 5 min"), ("60", "older than 1 h"), ("1440", "older than 1 day")]
+PAGE_SIZES = [(50, "50"), (100, "100"), (200, "200"), (500, "500")]
+
+
+class NoteField(forms.CharField):
+    def __init__(self, **kwargs):
+        super().__init__(
+            label="Note",
+            max_length=2000,
+            widget=forms.Textarea(attrs={"rows": 2, "required": True}),
+            help_text="Required: why, for the audit trail.",
+            **kwargs,
+        )
+
+
+class QueueFilterForm(forms.Form):
+    tab = forms.ChoiceField(choices=[(k, label) for k, (label, _) in TABS.items()], required=False)
+    status = forms.ChoiceField(required=False)
+    action = forms.ChoiceField(required=False)
+    tenant = forms.CharField(required=False, max_length=100)
+    older_than = forms.TypedChoiceField(
+        label="Age", choices=AGES, coerce=int, empty_value=None, required=False
+    )
+    q = forms.CharField(label="Job id or key", required=False, max_length=320)
+    sort = forms.ChoiceField(choices=[("oldest", "oldest first"), ("newest", "newest first")], required=False)
+    size = forms.TypedChoiceField(
+        label="Rows", choices=PAGE_SIZES, coerce=int, required=False, empty_value=50
+    )
+    after = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        tab = (data or {}).get("tab") if (data or {}).get("tab") in TABS else "human"
+        self.fields["status"].choices = [("", "all statuses")] + [(s.value, s.value) for s in TABS[tab][1]]
+        self.fields["action"].choices = [("", "all actions")] + [
+            (a.name, a.name) for a in registered_actions()
+        ]
+
+    def spec(self) -> QueueFilter:
+        """The filter to apply: a field that does not validate is ignored, not an error page."""
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
+        return QueueFilter(
+            tab=data.get("tab") or "human",
+            status=data.get("status") or "",
+            action=data.get("action") or "",
+            tenant=(data.get("tenant") or "").strip(),
+            older_than=data.get("older_than"),
+            search=(data.get("q") or "").strip(),
+            newest_first=data.get("sort") == "newest",
+            after=data.get("after") or "",
+            size=data.get("size") or 50,
+        )
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
+    version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    note = NoteField()
+
+
+class BulkDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    note = NoteField()
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.selected: list[tuple[str, int]] = []
+        for value in data.getlist("selected") if data is not None else []:
+            version, _, job_id = value.partition(":")
+            if version.isdigit() and job_id:
+                self.selected.append((job_id, int(version)))
+
+    def clean(self):
+        if not self.selected:
+            raise forms.ValidationError("Select at least one job.")
+        return super().clean()
+
+
+class ApprovalDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", "Approve replay"), ("reject", "Reject")])
+    note = NoteField()
+
+
+class AuditFilterForm(forms.Form):
+    job = forms.CharField(label="Job id", required=False, max_length=200)
+    key = forms.CharField(label="Idempotency key", required=False, max_length=320)
+    actor = forms.CharField(required=False, max_length=200)
+    kind = forms.CharField(required=False, max_length=64)
+    since = forms.DateTimeField(
+        label="From", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = forms.DateTimeField(
+        label="Until", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    before = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def spec(self, size: int = 100) -> AuditFilter:
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
+        return AuditFilter(
+            job=(data.get("job") or "").strip(),
+            key=(data.get("key") or "").strip(),
+            actor=(data.get("actor") or "").strip(),
+            kind=(data.get("kind") or "").strip(),
+            since=data.get("since"),
+            until=data.get("until"),
+            before=data.get("before") or "",
+            size=size,
+        )

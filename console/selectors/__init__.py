@@ -1,0 +1,1 @@
+"""Reads for the console pages: QuerySets and small functions, never a write."""

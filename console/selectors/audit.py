@@ -1,0 +1,47 @@
+"""Searching the ledger's history: the audit page and its CSV export share one filter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from console.pagination import Page, decode_id_cursor, take_page
+from ledger.models import LedgerEvent
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    job: str = ""
+    key: str = ""
+    actor: str = ""
+    kind: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    before: str = ""
+    size: int = 100
+
+
+def audit_events(spec: AuditFilter):
+    """Matching events, newest first, with the job and attempt they concern."""
+    events = LedgerEvent.objects.select_related("job", "attempt").order_by("-id")
+    if spec.job:
+        events = events.filter(job__job_id=spec.job)
+    if spec.key:
+        events = events.filter(job__idempotency_key=spec.key)
+    if spec.actor:
+        events = events.filter(actor=spec.actor)
+    if spec.kind:
+        events = events.filter(kind=spec.kind)
+    if spec.since:
+        events = events.filter(at__gte=spec.since)
+    if spec.until:
+        events = events.filter(at__lt=spec.until)
+    return events
+
+
+def audit_page(spec: AuditFilter) -> Page:
+    events = audit_events(spec)
+    before = decode_id_cursor(spec.before)
+    if before is not None:
+        events = events.filter(id__lt=before)
+    return take_page(events, spec.size, lambda event: str(event.pk))

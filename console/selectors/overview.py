@@ -1,0 +1,65 @@
+"""The overview's figures: delivery capacity beside workflow correctness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from approvals.models import ApprovalRequest, ApprovalStatus
+from console.selectors.queue import NEEDS_HUMAN, oldest_unknown_at, unknown_work_counts
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import Execution, JobStatus
+from reconciliation.models import Outcome, ReconciliationCheck
+
+RECENT = timedelta(hours=1)
+
+
+@dataclass
+class Overview:
+    queue_depth: int
+    busy_workers: int
+    unknown_by_status: dict[str, int]
+    oldest_unknown_at: datetime | None
+    waiting_for_operator: int
+    pending_approvals: int
+    reconciliation_outcomes: dict[str, int]
+    late_writes_recent: int
+    late_writes_total: int
+    jobs_by_status: list[tuple[str, int]]
+
+    @property
+    def unknown_total(self) -> int:
+        return sum(self.unknown_by_status.values())
+
+    @property
+    def jobs_total(self) -> int:
+        return sum(n for _, n in self.jobs_by_status)
+
+
+def overview() -> Overview:
+    since = timezone.now() - RECENT
+    unknown = unknown_work_counts()
+    outcomes = dict(
+        ReconciliationCheck.objects.filter(checked_at__gte=since)
+        .order_by()
+        .values_list("outcome")
+        .annotate(n=Count("id"))
+    )
+    late_writes = LedgerEvent.objects.filter(kind="late_write_rejected")
+    by_status = Job.objects.counts_by_status()
+    return Overview(
+        queue_depth=OrmQ.objects.count(),
+        busy_workers=Attempt.objects.filter(execution_state=Execution.RUNNING).count(),
+        unknown_by_status=unknown,
+        oldest_unknown_at=oldest_unknown_at(),
+        waiting_for_operator=sum(unknown[s.value] for s in NEEDS_HUMAN if s != JobStatus.AWAITING_APPROVAL),
+        pending_approvals=ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).count(),
+        reconciliation_outcomes={o.value: outcomes.get(o.value, 0) for o in Outcome},
+        late_writes_recent=late_writes.filter(at__gte=since).count(),
+        late_writes_total=late_writes.count(),
+        jobs_by_status=[(s.value, by_status.get(s.value, 0)) for s in JobStatus],
+    )

@@ -1,0 +1,115 @@
+"""The unknown-work queue: jobs that a human or the reconciler must resolve, oldest first.
+
+Every query here is bounded by the queue (the five unknown statuses) or by the page size,
+never by the job history: one COUNT grouped by status, one page of jobs, one query for the
+page's latest attempts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
+from ledger.models import Attempt, Job
+from ledger.states import JobStatus
+
+NEEDS_HUMAN = (
+    JobStatus.NEEDS_OPERATOR,
+    JobStatus.ESCALATED,
+    JobStatus.BLOCKED,
+    JobStatus.AWAITING_APPROVAL,
+)
+RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
+UNKNOWN_WORK = NEEDS_HUMAN + RECONCILING
+
+TABS = {
+    "human": ("Needs a human", NEEDS_HUMAN),
+    "reconciling": ("Reconciling", RECONCILING),
+}
+
+
+@dataclass(frozen=True)
+class QueueFilter:
+    tab: str = "human"
+    status: str = ""
+    action: str = ""
+    tenant: str = ""
+    older_than: int | None = None  # minutes
+    search: str = ""
+    newest_first: bool = False
+    after: str = ""
+    size: int = 50
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        allowed = TABS[self.tab][1]
+        return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
+
+
+def unknown_work_counts() -> dict[str, int]:
+    """Jobs per unknown status (zeros included): a COUNT over the queue, not the history."""
+    counts = Job.objects.filter(status__in=UNKNOWN_WORK).counts_by_status()
+    return {status.value: counts.get(status.value, 0) for status in UNKNOWN_WORK}
+
+
+def tab_counts(counts: dict[str, int]) -> dict[str, int]:
+    return {tab: sum(counts[s.value] for s in statuses) for tab, (_, statuses) in TABS.items()}
+
+
+def oldest_unknown_at() -> datetime | None:
+    return Job.objects.filter(status__in=UNKNOWN_WORK).aggregate(oldest=Min("created_at"))["oldest"]
+
+
+def queue_jobs(spec: QueueFilter) -> Page:
+    """One page of the queue, each job with `latest` (its latest attempt) attached."""
+    jobs = Job.objects.filter(status__in=spec.statuses)
+    if spec.action:
+        jobs = jobs.filter(action=spec.action)
+    if spec.tenant:
+        jobs = jobs.filter(tenant=spec.tenant)
+    if spec.older_than:
+        jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
+    if spec.search:
+        # The marker our providers carry is the idempotency key itself.
+        jobs = jobs.filter(Q(job_id=spec.search) | Q(idempotency_key=spec.search))
+    cursor = decode_time_cursor(spec.after)
+    if spec.newest_first:
+        jobs = jobs.order_by("-created_at", "-id")
+        if cursor:
+            at, pk = cursor
+            jobs = jobs.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=pk))
+    else:
+        jobs = jobs.order_by("created_at", "id")
+        if cursor:
+            at, pk = cursor
+            jobs = jobs.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    jobs = jobs.only(
+        "id",
+        "job_id",
+        "tenant",
+        "action",
+        "status",
+        "created_at",
+        "updated_at",
+        "check_count",
+        "next_check_at",
+    )
+    page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
+    attach_latest_attempts(page.rows)
+    return page
+
+
+def attach_latest_attempts(jobs: list[Job]) -> None:
+    """Give each job its latest attempt as `job.latest`, in one query for the whole list."""
+    latest = {
+        attempt.job_id: attempt
+        for attempt in Attempt.objects.filter(job_id__in=[job.pk for job in jobs])
+        .order_by("job_id", "-number")
+        .distinct("job_id")
+    }
+    for job in jobs:
+        job.latest = latest.get(job.pk)

@@ -1,0 +1,64 @@
+"""Readable timestamps: the time itself and how long ago it was ("12 min ago")."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.filter
+def ago(value: datetime | None, now: datetime | None = None) -> str:
+    if value is None:
+        return ""
+    seconds = int(((now or timezone.now()) - value).total_seconds())
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 45:
+        return "just now" if not future else "in a few seconds"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size or unit == "min":
+            amount = max(1, round(seconds / size)) if unit == "min" else seconds // size
+            return f"in {amount} {unit}" if future else f"{amount} {unit} ago"
+    return ""  # unreachable
+
+
+@register.filter
+def stamp(value: datetime | None) -> str:
+    """<time> with the full UTC time in its title and attribute, shown as time and age."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    same_day = local.date() == timezone.localtime().date()
+    shown = local.strftime("%H:%M:%S") if same_day else local.strftime("%Y-%m-%d %H:%M")
+    return format_html(
+        '<time datetime="{}" title="{}">{} <span class="age">· {}</span></time>',
+        value.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        shown,
+        ago(value),
+    )
+
+
+@register.filter
+def as_json(value) -> str:
+    """Evidence and states as compact, readable JSON (escaped by the template as usual)."""
+    if value in (None, {}, []):
+        return ""
+    return json.dumps(value, indent=1, sort_keys=True, default=str)
+
+
+@register.filter
+def state_change(before: dict, after: dict) -> list[tuple[str, str, str]]:
+    """The fields that changed between two snapshots: (name, before, after)."""
+    before, after = before or {}, after or {}
+    return [
+        (key, str(before.get(key, "—")), str(after.get(key, "—")))
+        for key in ("job", "attempt", "delivery", "execution", "side_effect")
+        if before.get(key) != after.get(key)
+    ]

@@ -1,0 +1,66 @@
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest, ApprovalStatus
+from console.access import APPROVERS, READERS, has_role, role_required
+from console.forms import ApprovalDecisionForm
+from console.views.queue import QUEUE_CHANGED
+
+RECENTLY_DECIDED = 20
+
+
+@require_GET
+@role_required(*READERS)
+def approvals(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/approvals.html", _context(request))
+
+
+@require_POST
+@role_required(APPROVERS)
+def decide(request: HttpRequest, request_id: int) -> HttpResponse:
+    get_object_or_404(ApprovalRequest.objects.only("id"), pk=request_id)
+    form = ApprovalDecisionForm(request.POST)
+    if form.is_valid():
+        decision = form.cleaned_data["decision"]
+        try:
+            getattr(approval_services, decision)(
+                request_id=request_id, user=request.user, note=form.cleaned_data["note"]
+            )
+        except approval_services.ApprovalRefused as refused:
+            notice = ("error", str(refused))
+        else:
+            notice = (
+                "success",
+                f"Request {request_id}: {'replay approved' if decision == 'approve' else 'rejected'}.",
+            )
+    else:
+        notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
+    if not request.htmx:
+        messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
+        return redirect("approvals")
+    response = render(
+        request,
+        "console/approvals.html#approval-list",
+        _context(request, notice=notice, notice_for=request_id),
+    )
+    return trigger_client_event(response, QUEUE_CHANGED)
+
+
+def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -> dict:
+    requests = ApprovalRequest.objects.select_related("job", "attempt", "requested_by", "decided_by")
+    pending = list(requests.filter(status=ApprovalStatus.PENDING).order_by("created_at", "id"))
+    may_approve = has_role(request.user, [APPROVERS])
+    for item in pending:
+        item.own = item.requested_by_id == request.user.pk
+        item.can_decide = may_approve and not item.own
+    return {
+        "pending": pending,
+        "decided": list(requests.exclude(status=ApprovalStatus.PENDING).order_by("-id")[:RECENTLY_DECIDED]),
+        "may_approve": may_approve,
+        "notice": notice,
+        "notice_for": notice_for,
+    }

@@ -1,0 +1,94 @@
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from console.access import OPERATORS, READERS, has_role, role_required
+from console.forms import DECISION_LABELS, DecisionForm
+from console.selectors.job import job_record
+from console.views.queue import QUEUE_CHANGED
+from ledger import services
+from ledger.actions import get_action
+from ledger.models import Job
+
+# What each button does, shown beside it; irreversible actions say that a replay needs approval.
+DECISION_HELP = {
+    "confirm_effect": "The effect happened: the job succeeds and is never replayed.",
+    "mark_not_found": "Nothing happened: the job is replayed with the same key.",
+    "escalate": "Hand the job to someone with more context; nothing automatic happens.",
+    "retry_reconciliation": "Ask the provider again now, with a fresh round of checks.",
+    "cancel_job": "No more attempts. An unknown attempt stays unknown on record.",
+}
+IRREVERSIBLE_NOT_FOUND_HELP = (
+    "Nothing happened. This action is irreversible: an approver must approve the replay "
+    "(four eyes) before anything runs again."
+)
+# The regions a decision changes: the panel is the target, the others are swapped out of band.
+JOB_REGIONS = ("job-summary", "attempts", "approvals", "timeline")
+
+
+@require_GET
+@role_required(*READERS)
+def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    return render(request, "console/job_detail.html", _context(request, job_id))
+
+
+@require_POST
+@role_required(OPERATORS)
+def decide(request: HttpRequest, job_id: str) -> HttpResponse:
+    get_object_or_404(Job.objects.only("id"), job_id=job_id)
+    form = DecisionForm(request.POST)
+    notice = None
+    if form.is_valid():
+        decision = form.cleaned_data["decision"]
+        try:
+            getattr(services, decision)(
+                job_id=job_id,
+                version=form.cleaned_data["version"],
+                user=request.user,
+                note=form.cleaned_data["note"],
+            )
+        except services.StaleDecision as stale:
+            notice = ("warning", str(stale))
+        except services.DecisionRefused as refused:
+            notice = ("error", str(refused))
+        else:
+            notice = ("success", f"{DECISION_LABELS[decision]}: recorded.")
+        form = None  # the next decision starts from a fresh form with the fresh version
+    if not request.htmx:
+        if notice is None:
+            return render(
+                request, "console/job_detail.html", _context(request, job_id, form=form), status=400
+            )
+        messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
+        return redirect("job_detail", job_id=job_id)
+    context = _context(request, job_id, form=form, notice=notice)
+    html = render_to_string("console/job_detail.html#decision-panel", context, request)
+    if notice is not None:
+        context["oob"] = True
+        html += "".join(
+            render_to_string(f"console/job_detail.html#{r}", context, request) for r in JOB_REGIONS
+        )
+    return trigger_client_event(HttpResponse(html), QUEUE_CHANGED)
+
+
+def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
+    record = job_record(job_id)
+    action = get_action(record.job.action)
+    allowed = services.allowed_decisions(record.job) if record.attempts else []
+    help_text = dict(
+        DECISION_HELP,
+        mark_not_found=DECISION_HELP["mark_not_found"] if action.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
+    )
+    return {
+        "record": record,
+        "job": record.job,
+        "action": action,
+        "decisions": [(name, DECISION_LABELS[name], help_text[name]) for name in allowed],
+        "form": form or DecisionForm(initial={"version": record.latest.version if record.latest else 1}),
+        "version": record.latest.version if record.latest else 1,
+        "notice": notice,
+        "can_decide": has_role(request.user, [OPERATORS]),
+    }

@@ -1,0 +1,61 @@
+"""Unknown jobs for the console tests, made the way production makes them: through the services."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import services
+from ledger.models import Job
+from tests.conftest import make_job
+
+INVOICE = {"customer": "cus_1", "amount_cents": 1200, "currency": "EUR"}
+
+
+def make_unknown_job(
+    job_id: str, *, action: str = "billing.create_invoice", tenant: str = "acme", payload: dict | None = None
+) -> Job:
+    """A job whose worker submitted the side effect and then lost sight of it."""
+    make_job(
+        job_id,
+        action=action,
+        tenant=tenant,
+        payload=payload
+        if payload is not None
+        else (INVOICE if action.startswith("billing") else {"name": f"cred-{job_id}"}),
+    )
+    lease = services.claim_job(job_id=job_id, worker="worker-a")
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="connection dropped after the request was sent")
+    return Job.objects.get(job_id=job_id)
+
+
+def make_operator_job(job_id: str, **kwargs) -> Job:
+    """An unknown irreversible job that reconciliation handed to a human (it cannot be queried)."""
+    from reconciliation.services import reconcile_job
+
+    make_unknown_job(job_id, action="vault.rotate_credential", **kwargs)
+    reconcile_job(job_id=job_id)
+    return Job.objects.get(job_id=job_id)
+
+
+def latest_version(job_id: str) -> int:
+    return Job.objects.get(job_id=job_id).attempts.order_by("-number").first().version
+
+
+def htmx(**extra) -> dict:
+    """Headers of a request htmx makes."""
+    return {"HTTP_HX_REQUEST": "true", **extra}
+
+
+@pytest.fixture
+def operator2(db):
+    from tests.conftest import _persona
+
+    return _persona("otto", "operators")
+
+
+@pytest.fixture
+def approver2(db):
+    from tests.conftest import _persona
+
+    return _persona("ada", "approvers")
