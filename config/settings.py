@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "sandbox",
     "api",
     "chaos",
+    "bench",
 ]
 
 MIDDLEWARE = [

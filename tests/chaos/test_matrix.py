@@ -1,0 +1,32 @@
+"""The reduced failure-injection matrix, on every build: every scenario 3 times, fixed seed.
+
+`manage.py chaos` builds its own scratch world (PostgreSQL cluster, sandbox, qclusters), so
+killing PostgreSQL there cannot hurt this test run's database.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from chaos.scenarios import SCENARIOS
+from tests.processes import ROOT
+
+pytestmark = pytest.mark.slow
+
+SEED = 20261129
+
+
+def test_every_scenario_recovers_with_no_duplicate_no_loss_and_no_stale_write(tmp_path):
+    report = tmp_path / "chaos.json"
+    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "chaos", "--runs-per-point", "3",
+                           "--seed", str(SEED), "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"chaos failed (seed {SEED}):\n{output[-6000:]}"
+    summary = {row["scenario"]: row for row in json.loads(report.read_text())["summary"]}
+    assert set(summary) == set(SCENARIOS)
+    for name, row in summary.items():
+        assert row["runs"] == 3 and row["passed"] == 3, (name, row)
+        assert row["duplicate_effects"] == 0 and row["lost_jobs"] == 0 and row["stale_writes_accepted"] == 0
