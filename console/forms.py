@@ -41,8 +41,9 @@ class QueueFilterForm(forms.Form):
     )
     q = forms.CharField(label="Job id or key", required=False, max_length=320)
     sort = forms.ChoiceField(choices=[("oldest", "oldest first"), ("newest", "newest first")], required=False)
-    size = forms.TypedChoiceField(
-        label="Rows", choices=PAGE_SIZES, coerce=int, required=False, empty_value=50
+    # The menu offers the usual sizes; a link may ask for any size up to the bound.
+    size = forms.IntegerField(
+        label="Rows", min_value=1, max_value=500, required=False, widget=forms.Select(choices=PAGE_SIZES)
     )
     after = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -112,8 +113,9 @@ class AuditFilterForm(forms.Form):
         label="Until", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
     before = forms.CharField(required=False, widget=forms.HiddenInput)
+    size = forms.IntegerField(min_value=1, max_value=1000, required=False, widget=forms.HiddenInput)
 
-    def spec(self, size: int = 100) -> AuditFilter:
+    def spec(self) -> AuditFilter:
         self.is_valid()
         data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
         return AuditFilter(
@@ -124,5 +126,5 @@ class AuditFilterForm(forms.Form):
             since=data.get("since"),
             until=data.get("until"),
             before=data.get("before") or "",
-            size=size,
+            size=data.get("size") or 100,
         )

@@ -51,3 +51,33 @@ def test_a_wrong_password_is_refused_with_a_message(client):
     response = client.post("/accounts/login/", {"username": "operator", "password": "nope"})
     assert response.status_code == 200
     assert b"didn't match" in response.content
+
+
+def test_it_puts_delivery_capacity_beside_workflow_correctness(client, operator):
+    from ledger import services
+    from tests.console.conftest import latest_version, make_operator_job, make_unknown_job
+
+    make_unknown_job("inv-1")
+    make_operator_job("vault-1")
+    make_operator_job("vault-2")
+    services.mark_not_found(job_id="vault-2", version=latest_version("vault-2"), user=operator, note="none")
+    make_job("running")
+    lease = services.claim_job(job_id="running", worker="w1")
+    services.renew_lease(lease=lease)
+    client.force_login(operator)
+    html = client.get("/").content.decode()
+    assert 'data-figure="busy_workers">1<' in html
+    assert 'data-figure="unknown_total">3<' in html
+    assert 'data-figure="waiting_for_operator">1<' in html
+    assert 'data-figure="pending_approvals">1<' in html
+    assert 'data-outcome="unavailable">' in html  # vault cannot be queried: recorded as a check
+    assert 'data-figure="late_writes_total">0<' in html
+    assert 'data-figure="queue_depth">0<' in html
+    assert "min ago" in html or "just now" in html
+
+
+def test_it_refreshes_itself_as_a_partial(client, auditor):
+    client.force_login(auditor)
+    html = client.get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert html.lstrip().startswith('<div id="overview-live"') and 'hx-trigger="every 5s"' in html
+    assert "<html" not in html
