@@ -1,0 +1,76 @@
+"""Playwright against Debian's Chromium and a live Django server on the test database."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.processes import wait_for
+
+# live_server runs Django in a thread of this process while Playwright's sync API holds an event
+# loop here; Django's async-safety check would refuse the ORM calls the tests make in between.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+_xdg = tempfile.mkdtemp(prefix="reckon-chromium-")
+os.environ.setdefault("XDG_CONFIG_HOME", _xdg)
+os.environ.setdefault("XDG_CACHE_HOME", _xdg)
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": "/usr/bin/chromium",
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    }
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def _other_sessions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def log_in(live_server):
+    """Log a persona in through the real login form, in a fresh browser context."""
+    contexts = []
+
+    def log_in(browser, user, password: str | None = None):
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(f"{live_server.url}/accounts/login/")
+        page.get_by_label("Username").fill(user.username)
+        page.get_by_label("Password").fill(password or f"pw-{user.username}")
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{live_server.url}/")
+        return page
+
+    yield log_in
+    # Closing the browser ends its keep-alive connections, and with them the server threads'
+    # database sessions (and a cluster's, a moment after its processes): the test database can go.
+    for context in contexts:
+        context.close()
+    wait_for(lambda: not _other_sessions(), timeout=15, message="other database sessions to end")
