@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check clean-db
+.PHONY: run test check bench chaos clean-db
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,16 @@ run: $(STAMP)
 	$(BIN)/python manage.py runstack
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python manage.py check --fail-level WARNING
 	$(BIN)/python -m pytest
+
+# The full benchmark (a million-attempt ledger; several minutes) and the full chaos matrix.
+bench: $(STAMP)
+	$(BIN)/python manage.py bench --json bench-report.json
+
+chaos: $(STAMP)
+	$(BIN)/python manage.py chaos --runs-per-point 50 --random-minutes 30 --json chaos-report.json
 
 check: $(STAMP)
 	$(BIN)/python manage.py ledger_check

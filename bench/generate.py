@@ -29,6 +29,17 @@ TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 ACTIONS = ("billing.create_invoice", "mail.send", "social.publish_post")
 
 
+def _copy(tables: list[tuple[str, tuple[str, ...], list[tuple]]]) -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table, columns, rows in tables:
+            _check_columns(table, columns)
+            with cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+        cursor.execute("ANALYZE ledger_job; ANALYZE ledger_attempt; ANALYZE ledger_ledgerevent")
+
+
 class _History:
     """The events of one job, in order, with a clock that advances a little per event."""
 
@@ -74,9 +85,6 @@ def _next_ids(table: str) -> int:
 def generate(*, attempts: int, queued: int, prefix: str = "gen", seed: int = 1) -> Generated:
     """About `attempts` attempts in all, `queued` of whose jobs sit in the unknown-work queue."""
     rng = random.Random(seed)
-    for table, columns in (("ledger_job", JOB_COLUMNS), ("ledger_attempt", ATTEMPT_COLUMNS),
-                           ("ledger_ledgerevent", EVENT_COLUMNS)):
-        _check_columns(table, columns)
     now = timezone.now()
     job_id, attempt_id = _next_ids("ledger_job"), _next_ids("ledger_attempt")
     event_ids = itertools.count(_next_ids("ledger_ledgerevent"))
@@ -148,16 +156,29 @@ def generate(*, attempts: int, queued: int, prefix: str = "gen", seed: int = 1) 
         attempt_id += 1
         job_id += 1
         n += 1
-    with transaction.atomic(), connection.cursor() as cursor:
-        for table, columns, rows in (("ledger_job", JOB_COLUMNS, jobs),
-                                     ("ledger_attempt", ATTEMPT_COLUMNS, rows_attempts),
-                                     ("ledger_ledgerevent", EVENT_COLUMNS, rows_events)):
-            with cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
-        cursor.execute("ANALYZE ledger_job; ANALYZE ledger_attempt; ANALYZE ledger_ledgerevent")
+    _copy([("ledger_job", JOB_COLUMNS, jobs), ("ledger_attempt", ATTEMPT_COLUMNS, rows_attempts),
+           ("ledger_ledgerevent", EVENT_COLUMNS, rows_events)])
     return Generated(jobs=len(jobs), attempts=len(rows_attempts), events=len(rows_events),
                      queued=min(queued, len(jobs)))
 
 
+
+
+def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> list[str]:
+    """`count` freshly enqueued jobs (queued attempt, one `enqueued` event), not dispatched."""
+    now = timezone.now()
+    job_id, attempt_id = _next_ids("ledger_job"), _next_ids("ledger_attempt")
+    event_id = _next_ids("ledger_ledgerevent")
+    jobs, attempts, events, names = [], [], [], []
+    for n in range(count):
+        name = f"{prefix}-{n:07d}"
+        names.append(name)
+        jobs.append((job_id + n, name, "bench", action, Jsonb({"n": n}), Jsonb({}), f"{action}:{name}", "pending", 0,
+                     None, 0, False, now, now))
+        attempts.append((attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
+                         None, None, "", "", 1, now, now))
+        events.append((event_id + n, job_id + n, attempt_id + n, now, "system", "bench", "enqueued", Jsonb({}),
+                       Jsonb(states("pending", 1, "queued", "not_started", "not_attempted")), "", Jsonb({})))
+    _copy([("ledger_job", JOB_COLUMNS, jobs), ("ledger_attempt", ATTEMPT_COLUMNS, attempts),
+           ("ledger_ledgerevent", EVENT_COLUMNS, events)])
+    return names

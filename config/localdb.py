@@ -124,6 +124,9 @@ class Cluster:
             _ensure_database(self.port, database)
         return self.settings(database)
 
+    def create_database(self, name: str) -> None:
+        _ensure_database(self.port, name)
+
     def start(self) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories='' "
                    "-c max_connections=200")

@@ -1,0 +1,110 @@
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from bench import sections
+from chaos.world import World
+
+TARGETS = {
+    "cycle_ratio_at_4": 0.2,
+    "e2e_ratio": 0.7,
+    "reconcile_ratio": 0.8,
+    "page_growth": 1.3,
+    "selection_growth": 1.5,
+}
+
+
+class Command(BaseCommand):
+    help = ("Measure Reckon side by side in one run on a scratch PostgreSQL: ledger cycles vs pgbench -N, "
+            "end-to-end overhead, reconciliation vs raw lookups, the console and selection queries at 10k "
+            "and 1M attempts, worker memory. Prints a table; --json writes the figures.")
+    requires_system_checks = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser):
+        parser.add_argument("--quick", action="store_true", help="small sizes and short runs (the same code paths)")
+        parser.add_argument("--json", dest="json_path")
+        parser.add_argument("--seconds", type=float, help="duration of each throughput measurement")
+        parser.add_argument("--large", type=int, help="attempts in the ledger for the large run (default 1,000,000)")
+
+    def handle(self, *args, quick, json_path, seconds, large, **options):
+        logging.getLogger("django-q").setLevel(logging.WARNING)
+        seconds = seconds or (1.5 if quick else 10)
+        small, queued = (2_000, 1_000) if quick else (10_000, 10_000)
+        large = large or (20_000 if quick else 1_000_000)
+        world = World().start()
+        report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
+                  "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        try:
+            self._section("ledger cycle throughput vs pgbench -N")
+            report["cycles"] = sections.cycle_throughput(world, seconds=seconds,
+                                                         clients=(1, 4) if quick else (1, 4, 8))
+            self._rows(report["cycles"])
+            self._section("end-to-end: real django-q2 workers calling the sandbox")
+            report["end_to_end"] = sections.end_to_end(world, jobs=40 if quick else 400)
+            self._rows([report["end_to_end"]])
+            self._section("reconciliation: unknown jobs resolved vs raw provider lookups")
+            report["reconciliation"] = sections.reconciliation(world, jobs=40 if quick else 400)
+            self._rows([report["reconciliation"]])
+            self._section(f"console and selection queries at {small:,} and {large:,} attempts ({queued:,} queued)")
+            report["scale"] = sections.at_scale(small=small, large=large, queued=queued, repeats=5 if quick else 20)
+            self._scale(report["scale"])
+        finally:
+            world.close()
+        report["targets"] = self._targets(report)
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=2))
+
+    def _section(self, title):
+        self.stdout.write(f"\n== {title}")
+        self.stdout.flush()
+
+    def _rows(self, rows):
+        keys = list(rows[0])
+        self.stdout.write("  " + "  ".join(f"{k:>20}" for k in keys))
+        for row in rows:
+            self.stdout.write("  " + "  ".join(f"{row[k]!s:>20}" for k in keys))
+        self.stdout.flush()
+
+    def _scale(self, scale):
+        small, large = scale["small_run"], scale["large_run"]
+        self.stdout.write(f"  {'page':<18}{'median ms small':>16}{'large':>10}{'p95 small':>11}{'large':>10}"
+                          f"{'queries':>9}{'ratio':>8}")
+        for a, b in zip(small["pages"], large["pages"], strict=True):
+            self.stdout.write(f"  {a['page']:<18}{a['median_ms']:>16}{b['median_ms']:>10}{a['p95_ms']:>11}"
+                              f"{b['p95_ms']:>10}{b['queries']:>9}{b['median_ms'] / max(a['median_ms'], 0.001):>8.2f}"
+                              + ("" if a["status"] == b["status"] == 200 else f"  (HTTP {b['status']})"))
+        for a, b in zip(small["selection"], large["selection"], strict=True):
+            self.stdout.write(f"  {a['query'] + ' selection':<18}{a['median_ms']:>16}{b['median_ms']:>10}"
+                              f"{'':>21}{'':>9}{b['median_ms'] / max(a['median_ms'], 0.001):>8.2f}"
+                              f"  {'SEQ SCAN' if b['seq_scan'] else 'index'}")
+        for row in large["selection"]:
+            self.stdout.write(f"  plan of the {row['query']} selection at {scale['large']:,} attempts:")
+            for line in row["plan"].splitlines():
+                self.stdout.write(f"    {line}")
+
+    def _targets(self, report) -> dict:
+        at4 = next(r for r in report["cycles"] if r["workers"] == 4)
+        large, small = report["scale"]["large_run"], report["scale"]["small_run"]
+        measured = {
+            "cycle_ratio_at_4": at4["ratio"],
+            "e2e_ratio": report["end_to_end"]["ratio"],
+            "reconcile_ratio": report["reconciliation"]["ratio"],
+            "page_growth": max(b["median_ms"] / max(a["median_ms"], 0.001)
+                               for a, b in zip(small["pages"], large["pages"], strict=True)),
+            "selection_growth": max(b["median_ms"] / max(a["median_ms"], 0.001)
+                                    for a, b in zip(small["selection"], large["selection"], strict=True)),
+        }
+        self._section("targets")
+        rows = {}
+        for name, target in TARGETS.items():
+            value = measured[name]
+            met = value >= target if name.endswith("ratio") or name == "cycle_ratio_at_4" else value <= target
+            rows[name] = {"measured": round(value, 3), "target": target, "met": met}
+            self.stdout.write(f"  {name:<20} {value:>8.3f}  target {'>=' if 'ratio' in name else '<='} {target}"
+                              f"  {'met' if met else 'MISSED'}")
+        return rows

@@ -1,0 +1,219 @@
+"""The benchmark's sections. Each returns rows of figures measured side by side in one run."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from django.db import connection, connections
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from bench.generate import generate, pending_jobs
+from chaos.world import World, wait_until
+from config.localdb import find_bindir
+from ledger import services
+from ledger.models import Job
+from ledger.providers import call
+
+# --- ledger cycle throughput vs pgbench -N ------------------------------------------------
+
+def _cycle_worker(job_ids: list[str], seconds: float, queue) -> None:
+    connections.close_all()  # a forked child must open its own connection
+    worker = f"bench-{multiprocessing.current_process().pid}"
+    done, started = 0, time.monotonic()
+    for job_id in job_ids:
+        if time.monotonic() - started > seconds:
+            break
+        lease = services.claim_job(job_id=job_id, worker=worker)
+        services.begin_side_effect(lease=lease)
+        services.record_success(lease=lease, result_ref="bench")
+        done += 1
+    queue.put((done, time.monotonic() - started))
+    connections.close_all()
+
+
+def ledger_cycles(*, workers: int, seconds: float, prefix: str) -> float:
+    """claim -> begin side effect -> record success, in `workers` processes; cycles per second."""
+    per_worker = int(seconds * 1500) + 50  # more jobs than a worker can finish in time
+    job_ids = pending_jobs(count=per_worker * workers, prefix=prefix)
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    procs = [context.Process(target=_cycle_worker, args=(job_ids[i::workers], seconds, queue)) for i in range(workers)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return sum(done for done, _ in results) / max(elapsed for _, elapsed in results)
+
+
+def pgbench_tps(world: World, *, clients: int, seconds: float) -> float:
+    base = [str(find_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
+    if not getattr(world, "_pgbench_ready", False):
+        world.cluster.create_database("pgbench")
+        init = subprocess.run(base + ["-i", "-s", "10", "-q", "pgbench"], capture_output=True, text=True, timeout=300)
+        if init.returncode != 0:
+            raise RuntimeError(f"pgbench -i failed: {init.stderr.strip()[-500:]}")
+        world._pgbench_ready = True
+    done = subprocess.run(base + ["-N", "-n", "-c", str(clients), "-j", str(clients), "-T", str(max(1, int(seconds))),
+                                  "pgbench"], check=True, capture_output=True, text=True, timeout=seconds + 120)
+    return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
+
+
+def cycle_throughput(world: World, *, seconds: float, clients=(1, 4, 8)) -> list[dict]:
+    rows = []
+    for n in clients:
+        tps = pgbench_tps(world, clients=n, seconds=seconds)
+        cycles = ledger_cycles(workers=n, seconds=seconds, prefix=f"cycle{n}")
+        rows.append({"workers": n, "ledger_cycles_per_s": round(cycles, 1), "pgbench_tps": round(tps, 1),
+                     "ratio": round(cycles / tps, 3)})
+    return rows
+
+
+# --- end-to-end overhead -------------------------------------------------------------------
+
+def end_to_end(world: World, *, jobs: int) -> dict:
+    """Jobs/s through real django-q2 workers calling the sandbox: ledger-tracked vs bare tasks."""
+    from django_q.models import Success
+    from django_q.tasks import async_task
+
+    worker = world.worker("bench-e2e", workers=2)
+    try:
+        rss_start = _worker_rss(worker.process.pid)
+        async_task("bench.tasks.warm_up")
+        wait_until(lambda: Success.objects.filter(func="bench.tasks.warm_up").exists(), timeout=60,
+                   what="the cluster to warm up")
+        started = time.monotonic()
+        for n in range(jobs):
+            async_task("bench.tasks.bare_send", f"bare-{n}")
+        wait_until(lambda: Success.objects.filter(func="bench.tasks.bare_send").count() >= jobs, timeout=300,
+                   interval=0.1, what="the bare tasks")
+        bare = jobs / (time.monotonic() - started)
+        started = time.monotonic()
+        for n in range(jobs):
+            services.enqueue_job(job_id=f"e2e-{n}", tenant="bench", action="mail.send",
+                                 payload={"to": "a@bench.example", "subject": "s", "body": str(n)})
+        wait_until(lambda: Job.objects.filter(job_id__startswith="e2e-", status="succeeded").count() >= jobs,
+                   timeout=300, interval=0.1, what="the ledger-tracked jobs")
+        tracked = jobs / (time.monotonic() - started)
+        rss_end = _worker_rss(worker.process.pid)
+    finally:
+        worker.stop()
+    return {"jobs": jobs, "bare_jobs_per_s": round(bare, 1), "ledger_jobs_per_s": round(tracked, 1),
+            "ratio": round(tracked / bare, 3), "worker_rss_mb_start": rss_start, "worker_rss_mb_end": rss_end}
+
+
+def _worker_rss(root_pid: int) -> float:
+    """Resident memory (MB) of the cluster's largest process (its busiest worker)."""
+    parents, rss = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                found = re.search(r"VmRSS:\s+(\d+)", (entry / "status").read_text())
+                rss[int(entry.name)] = int(found.group(1)) if found else 0
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root_pid}, {root_pid}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - tree
+        tree |= frontier
+    return round(max(rss.get(pid, 0) for pid in tree) / 1024, 1)
+
+
+# --- reconciliation throughput -------------------------------------------------------------
+
+def reconciliation(world: World, *, jobs: int) -> dict:
+    """Unknown mail jobs resolved per second by the real reconciler, beside raw lookups."""
+    from reconciliation.services import reconcile_until_idle
+
+    keys = []
+    for n in range(jobs):
+        job = services.enqueue_job(job_id=f"rec-{n}", tenant="bench", action="mail.send",
+                                   payload={"to": "a@bench.example", "subject": "s", "body": str(n)})
+        lease = services.claim_job(job_id=job.job_id, worker="bench")
+        services.begin_side_effect(lease=lease)
+        if n % 2 == 0:  # half of them did reach the provider before the worker lost sight
+            call("POST", f"{world.sandbox.url}/messages", body=job.payload | {},
+                 headers={"X-Reckon-Marker": job.idempotency_key})
+        services.record_unknown(lease=lease, reason="bench: observation lost")
+        keys.append(job.idempotency_key)
+    started = time.monotonic()
+    for key in keys:
+        call("GET", f"{world.sandbox.url}/messages?marker={key}")
+    raw = jobs / (time.monotonic() - started)
+    started = time.monotonic()
+    decisions = reconcile_until_idle(limit=100)
+    resolved = jobs / (time.monotonic() - started)
+    return {"jobs": jobs, "decisions": len(decisions), "reconciled_per_s": round(resolved, 1),
+            "raw_lookups_per_s": round(raw, 1), "ratio": round(resolved / raw, 3)}
+
+
+# --- console at scale and selection cost ---------------------------------------------------
+
+PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/")
+
+
+def console_pages(*, repeats: int) -> list[dict]:
+    from django.contrib.auth.models import User
+
+    user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True, "is_staff": True})
+    client = Client()
+    client.force_login(user)
+    job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
+    rows = []
+    for page in PAGES:
+        url = page.format(job_id=job_id)
+        timings, queries, status = [], 0, None
+        for _ in range(repeats):
+            with CaptureQueriesContext(connection) as captured:
+                started = time.perf_counter()
+                response = client.get(url)
+                timings.append((time.perf_counter() - started) * 1000)
+            status, queries = response.status_code, len(captured.captured_queries)
+        timings.sort()
+        rows.append({"page": page, "status": status, "median_ms": round(statistics.median(timings), 1),
+                     "p95_ms": round(timings[int(len(timings) * 0.95) - 1], 1), "queries": queries})
+    return rows
+
+
+def selection_cost(*, repeats: int) -> list[dict]:
+    from ledger.models import Attempt
+    from ledger.services import ClockTimestamp
+    from reconciliation.services import _due
+
+    queries = {
+        "sweeper": Attempt.objects.filter(execution_state="running", lease_expires_at__lt=ClockTimestamp())
+        .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:500],
+        "reconciler": Job.objects.filter(_due()).order_by("next_check_at", "pk").values_list("pk", "job_id")[:100],
+    }
+    rows = []
+    for name, query in queries.items():
+        sql, params = query.query.sql_with_params()
+        with connection.cursor() as cursor:
+            timings = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                cursor.execute(sql, params)
+                cursor.fetchall()
+                timings.append((time.perf_counter() - started) * 1000)
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        rows.append({"query": name, "median_ms": round(statistics.median(timings), 3),
+                     "seq_scan": "Seq Scan on ledger" in plan, "plan": plan})
+    return rows
+
+
+def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
+    """The console and the selection queries with `small`, then `large` attempts in the ledger."""
+    generate(attempts=small, queued=queued, prefix="scale-a")
+    first = {"pages": console_pages(repeats=repeats), "selection": selection_cost(repeats=repeats)}
+    generate(attempts=large - small, queued=0, prefix="scale-b")
+    second = {"pages": console_pages(repeats=repeats), "selection": selection_cost(repeats=repeats)}
+    return {"small": small, "large": large, "queued": queued, "small_run": first, "large_run": second}
