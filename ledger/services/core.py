@@ -84,6 +84,7 @@ def transition(
     actor: str,
     kind: str,
     job_status: str | None = None,
+    job_fields: dict | None = None,
     note: str = "",
     evidence: dict | None = None,
     **attempt_fields,
@@ -99,7 +100,7 @@ def transition(
         setattr(attempt, name, value)
     attempt.version += 1
     if job_status:
-        set_job_status(job, job_status)
+        set_job_status(job, job_status, **(job_fields or {}))
     return record_event(
         job,
         attempt,
@@ -113,9 +114,13 @@ def transition(
     )
 
 
-def set_job_status(job: Job, status: str) -> None:
+def set_job_status(job: Job, status: str, **fields) -> None:
+    """One UPDATE of the job's status and any other job fields changing with it."""
+    if job.status != status or fields:
+        Job.objects.filter(pk=job.pk).update(status=status, updated_at=Now(), **fields)
+        for name, value in fields.items():
+            setattr(job, name, value)
     if job.status != status:
-        Job.objects.filter(pk=job.pk).update(status=status, updated_at=Now())
         job.status = status
         if status == JobStatus.NEEDS_RECONCILIATION:
             trigger_reconciliation()

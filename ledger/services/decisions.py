@@ -48,7 +48,9 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     if decision == "confirm_effect" and state != Execution.UNKNOWN:
         return f"only an unknown attempt can be confirmed; attempt {attempt.number} is {state}"
     if decision == "mark_not_found" and state not in (Execution.UNKNOWN, Execution.BLOCKED):
-        return f"only an unknown or blocked attempt can be marked not found; attempt {attempt.number} is {state}"
+        return (
+            f"only an unknown or blocked attempt can be marked not found; attempt {attempt.number} is {state}"
+        )
     if decision == "escalate" and job.status not in ESCALATABLE:
         return f"a job that is {job.status} cannot be escalated"
     if decision == "retry_reconciliation":
@@ -89,7 +91,9 @@ def mark_not_found(*, job_id: str, version: int, user, note: str) -> Attempt:
             kind="operator_marked_not_found",
             execution_state=Execution.FAILED,
             side_effect_state=(
-                SideEffect.NOT_FOUND if attempt.side_effect_state == SideEffect.AMBIGUOUS else SideEffect.NOT_ATTEMPTED
+                SideEffect.NOT_FOUND
+                if attempt.side_effect_state == SideEffect.AMBIGUOUS
+                else SideEffect.NOT_ATTEMPTED
             ),
             note=note,
         )
@@ -110,7 +114,9 @@ def mark_not_found(*, job_id: str, version: int, user, note: str) -> Attempt:
 
 def escalate(*, job_id: str, version: int, user, note: str) -> Attempt:
     with _deciding("escalate", job_id, version, user, note) as (job, attempt, note):
-        transition(job, attempt, **_by(user), kind="operator_escalated", job_status=JobStatus.ESCALATED, note=note)
+        transition(
+            job, attempt, **_by(user), kind="operator_escalated", job_status=JobStatus.ESCALATED, note=note
+        )
     return attempt
 
 
@@ -137,8 +143,18 @@ def cancel_job(*, job_id: str, version: int, user, note: str) -> Attempt:
 
         _resolved(job)
         withdraw_pending_for(job, **_by(user), note=f"job cancelled: {note}")
-        closing = {"execution_state": Execution.FAILED} if attempt.execution_state == Execution.NOT_STARTED else {}
-        transition(job, attempt, **_by(user), kind="operator_cancelled", job_status=JobStatus.CANCELLED, note=note, **closing)
+        closing = (
+            {"execution_state": Execution.FAILED} if attempt.execution_state == Execution.NOT_STARTED else {}
+        )
+        transition(
+            job,
+            attempt,
+            **_by(user),
+            kind="operator_cancelled",
+            job_status=JobStatus.CANCELLED,
+            note=note,
+            **closing,
+        )
     return attempt
 
 

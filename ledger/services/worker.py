@@ -106,8 +106,7 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str) -> ClaimRefused:
 
 def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
     ttl = get_action(job.action).lease_ttl
-    job.lease_seq += 1
-    Job.objects.filter(pk=job.pk).update(lease_seq=job.lease_seq)
+    token = job.lease_seq + 1
     transition(
         job,
         attempt,
@@ -115,13 +114,14 @@ def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
         actor=worker,
         kind="claimed",
         job_status=JobStatus.RUNNING,
+        job_fields={"lease_seq": token},
         delivery_state=Delivery.LEASED,
         execution_state=Execution.RUNNING,
         lease_owner=worker,
-        lease_token=job.lease_seq,
+        lease_token=token,
         lease_expires_at=now + ttl,
         heartbeat_at=now,
-        evidence={"fencing_token": job.lease_seq, "lease_ttl_s": ttl.total_seconds()},
+        evidence={"fencing_token": token, "lease_ttl_s": ttl.total_seconds()},
     )
     return _lease_of(job, attempt)
 
@@ -321,6 +321,8 @@ def _held(
     Returns (job, attempt, "") when it is; otherwise records `late_write_rejected` and returns
     the reason as the third element.
     """
+    # Lock first, then read the attempt in a new statement: under READ COMMITTED a row read in
+    # the same statement that waited for the lock would come from the snapshot before the wait.
     job = lock_job(job_id=lease.job_id)
     attempt = Attempt.objects.get(pk=lease.attempt_id)
     current = (
