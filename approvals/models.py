@@ -20,9 +20,7 @@ class ApprovalStatus(models.TextChoices):
 
 class ApprovalRequest(models.Model):
     job = models.ForeignKey("ledger.Job", on_delete=models.PROTECT, related_name="approval_requests")
-    attempt = models.ForeignKey(
-        "ledger.Attempt", on_delete=models.PROTECT, related_name="approval_requests"
-    )
+    attempt = models.ForeignKey("ledger.Attempt", on_delete=models.PROTECT, related_name="approval_requests")
     # Null when the reconciler asked (nobody to exclude); the actor is in `requested_by_actor`.
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"

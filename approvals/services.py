@@ -148,7 +148,16 @@ def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
                 "withdraw it instead"
             )
         _decide(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
-        _close(job, attempt, JobStatus.CANCELLED, ActorType.APPROVER, user.get_username(), "approval_rejected", note, request)
+        _close(
+            job,
+            attempt,
+            JobStatus.CANCELLED,
+            ActorType.APPROVER,
+            user.get_username(),
+            "approval_rejected",
+            note,
+            request,
+        )
     return request
 
 
@@ -158,7 +167,16 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
         _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
-        _close(job, attempt, JobStatus.NEEDS_OPERATOR, ActorType.OPERATOR, user.get_username(), "approval_withdrawn", note, request)
+        _close(
+            job,
+            attempt,
+            JobStatus.NEEDS_OPERATOR,
+            ActorType.OPERATOR,
+            user.get_username(),
+            "approval_withdrawn",
+            note,
+            request,
+        )
     return request
 
 
@@ -180,14 +198,25 @@ def expire_due(*, actor: str = "approval-expiry") -> int:
                 continue
             note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
             _decide(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
-            _close(job, attempt, JobStatus.NEEDS_OPERATOR, ActorType.SYSTEM, actor, "approval_expired", note, request)
+            _close(
+                job,
+                attempt,
+                JobStatus.NEEDS_OPERATOR,
+                ActorType.SYSTEM,
+                actor,
+                "approval_expired",
+                note,
+                request,
+            )
             expired += 1
     return expired
 
 
 def withdraw_pending_for(job: Job, *, actor: str, actor_type: str, note: str) -> ApprovalRequest | None:
     """Within a transition that closes the job: its pending request, if any, is withdrawn."""
-    request = ApprovalRequest.objects.select_for_update().filter(job=job, status=ApprovalStatus.PENDING).first()
+    request = (
+        ApprovalRequest.objects.select_for_update().filter(job=job, status=ApprovalStatus.PENDING).first()
+    )
     if request is not None:
         _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
     return request

@@ -144,7 +144,9 @@ def invoice(job: Job, attempt: Attempt) -> Finding:
 def mail(job: Job, attempt: Attempt) -> Finding:
     lookups: list = []
     try:
-        records = _lookup(settings.RECKON_MAIL_URL, "/messages", "messages", lookups, marker=job.idempotency_key)
+        records = _lookup(
+            settings.RECKON_MAIL_URL, "/messages", "messages", lookups, marker=job.idempotency_key
+        )
     except LookupFailed as exc:
         return _unavailable(exc, lookups)
     p = job.payload

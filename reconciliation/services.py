@@ -137,7 +137,9 @@ def reconcile_job(*, job_id: str) -> Decision:
     return _apply(job_id, attempt, finding, reconciler=action.reconciler, duration_ms=duration_ms)
 
 
-def _apply(job_id: str, looked_at: Attempt, finding: Finding, *, reconciler: str, duration_ms: int) -> Decision:
+def _apply(
+    job_id: str, looked_at: Attempt, finding: Finding, *, reconciler: str, duration_ms: int
+) -> Decision:
     with transaction.atomic():
         job = lock_job(job_id=job_id)
         attempt = latest_attempt(job)
@@ -173,9 +175,7 @@ def _apply(job_id: str, looked_at: Attempt, finding: Finding, *, reconciler: str
             )
             return Decision(job_id, finding.outcome, "succeeded", finding.result_ref)
         if finding.outcome == Outcome.CONFLICT:
-            closing = (
-                {"execution_state": Execution.FAILED, "error": finding.reason} if probe else {}
-            )
+            closing = {"execution_state": Execution.FAILED, "error": finding.reason} if probe else {}
             transition(
                 job,
                 attempt,
@@ -219,7 +219,11 @@ def _not_found(job: Job, attempt: Attempt, finding: Finding, evidence: dict, *, 
     )
     if get_action(job.action).reversible:
         replay = open_next_attempt(
-            job, attempt, actor=ACTOR, actor_type=ActorType.RECONCILER, note=f"replay with the same key: {finding.reason}"
+            job,
+            attempt,
+            actor=ACTOR,
+            actor_type=ActorType.RECONCILER,
+            note=f"replay with the same key: {finding.reason}",
         )
         return Decision(job.job_id, finding.outcome, "replayed" if replay else "failed", finding.reason)
     open_approval_request(
@@ -285,7 +289,12 @@ def _not_queryable(job_id: str, looked_at: Attempt) -> Decision:
             "whether the effect happened"
         )
         _to_operator(
-            job, attempt, kind="not_queryable", note=note, evidence={}, probe=attempt.execution_state == Execution.NOT_STARTED
+            job,
+            attempt,
+            kind="not_queryable",
+            note=note,
+            evidence={},
+            probe=attempt.execution_state == Execution.NOT_STARTED,
         )
     return Decision(job_id, "not_queryable", "needs_operator", note)
 
@@ -319,7 +328,9 @@ def hold_for_recovery(*, window_minutes: int, actor: str = "recover") -> Recover
     touched = set(
         Job.objects.filter(events__at__gte=since, status__in=FINISHED_JOB).values_list("job_id", flat=True)
     )
-    unfinished = list(Job.objects.exclude(status__in=FINISHED_JOB).order_by("pk").values_list("job_id", flat=True))
+    unfinished = list(
+        Job.objects.exclude(status__in=FINISHED_JOB).order_by("pk").values_list("job_id", flat=True)
+    )
     held = []
     for job_id in unfinished:
         with transaction.atomic():

@@ -7,36 +7,120 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('ledger', '0003_job_reconciliation_fields'),
+        ("ledger", "0003_job_reconciliation_fields"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApprovalRequest',
+            name="ApprovalRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('requested_by_actor', models.CharField(max_length=200)),
-                ('reason', models.TextField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('expired', 'Expired'), ('withdrawn', 'Withdrawn')], default='pending', max_length=16)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('decision_note', models.TextField(blank=True, default='')),
-                ('expires_at', models.DateTimeField()),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('payload_digest', models.CharField(max_length=64)),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('attempt', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='approval_requests', to='ledger.attempt')),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='approval_requests', to='ledger.job')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("requested_by_actor", models.CharField(max_length=200)),
+                ("reason", models.TextField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("expired", "Expired"),
+                            ("withdrawn", "Withdrawn"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("decision_note", models.TextField(blank=True, default="")),
+                ("expires_at", models.DateTimeField()),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("payload_digest", models.CharField(max_length=64)),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="approval_requests",
+                        to="ledger.attempt",
+                    ),
+                ),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="approval_requests",
+                        to="ledger.job",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['status', 'expires_at'], name='approval_status_expiry')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'approved', 'rejected', 'expired', 'withdrawn'])), name='approval_status_valid'), models.CheckConstraint(condition=models.Q(('decided_by__isnull', True), ('requested_by__isnull', True), models.Q(('decided_by', models.F('requested_by')), _negated=True), _connector='OR'), name='approval_four_eyes'), models.CheckConstraint(condition=models.Q(('status', 'pending'), ('decided_at__isnull', False), _connector='OR'), name='approval_decided_has_time'), models.CheckConstraint(condition=models.Q(models.Q(('status__in', ['approved', 'rejected']), _negated=True), ('decided_by__isnull', False), _connector='OR'), name='approval_decided_has_decider'), models.UniqueConstraint(condition=models.Q(('status', 'pending')), fields=('job',), name='approval_one_pending_per_job')],
+                "indexes": [models.Index(fields=["status", "expires_at"], name="approval_status_expiry")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("status__in", ["pending", "approved", "rejected", "expired", "withdrawn"])
+                        ),
+                        name="approval_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("decided_by__isnull", True),
+                            ("requested_by__isnull", True),
+                            models.Q(("decided_by", models.F("requested_by")), _negated=True),
+                            _connector="OR",
+                        ),
+                        name="approval_four_eyes",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("status", "pending"), ("decided_at__isnull", False), _connector="OR"
+                        ),
+                        name="approval_decided_has_time",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status__in", ["approved", "rejected"]), _negated=True),
+                            ("decided_by__isnull", False),
+                            _connector="OR",
+                        ),
+                        name="approval_decided_has_decider",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("status", "pending")),
+                        fields=("job",),
+                        name="approval_one_pending_per_job",
+                    ),
+                ],
             },
         ),
     ]

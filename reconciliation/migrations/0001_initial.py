@@ -6,30 +6,64 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('ledger', '0003_job_reconciliation_fields'),
+        ("ledger", "0003_job_reconciliation_fields"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReconciliationCheck',
+            name="ReconciliationCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reconciler', models.CharField(max_length=200)),
-                ('outcome', models.CharField(choices=[('confirmed', 'Confirmed'), ('not_found', 'Not Found'), ('conflict', 'Conflict'), ('unavailable', 'Unavailable')], max_length=16)),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True, default='')),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('checked_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('attempt', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='checks', to='ledger.attempt')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='checks', to='ledger.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("reconciler", models.CharField(max_length=200)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("confirmed", "Confirmed"),
+                            ("not_found", "Not Found"),
+                            ("conflict", "Conflict"),
+                            ("unavailable", "Unavailable"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True, default="")),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("checked_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="checks",
+                        to="ledger.attempt",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="checks", to="ledger.job"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['job', 'id'], name='check_job_id')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('outcome__in', ['confirmed', 'not_found', 'conflict', 'unavailable'])), name='check_outcome_valid')],
+                "indexes": [models.Index(fields=["job", "id"], name="check_job_id")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("outcome__in", ["confirmed", "not_found", "conflict", "unavailable"])
+                        ),
+                        name="check_outcome_valid",
+                    )
+                ],
             },
         ),
     ]

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.django_db
 def requested(provider, operator) -> ApprovalRequest:
     """A vault rotation whose effect the operator declared not found: replay awaits approval."""
     unknown_job("v1", "vault.rotate_credential", {"name": "db-password"})
-    services.mark_not_found(job_id="v1", version=latest_attempt("v1").version, user=operator,
-                            note="vault audit log shows no rotation")
+    services.mark_not_found(
+        job_id="v1",
+        version=latest_attempt("v1").version,
+        user=operator,
+        note="vault audit log shows no rotation",
+    )
     return ApprovalRequest.objects.get(job__job_id="v1")
 
 
@@ -32,7 +36,10 @@ def test_approval_by_another_person_replays_with_the_same_key(requested, approve
     approvals.approve(request_id=requested.pk, user=approver, note="confirmed with the DBA")
     requested.refresh_from_db()
     assert (requested.status, requested.decided_by, requested.decision_note) == (
-        "approved", approver, "confirmed with the DBA")
+        "approved",
+        approver,
+        "confirmed with the DBA",
+    )
     job = Job.objects.get(job_id="v1")
     assert job.status == "pending" and latest_attempt("v1").number == 2
     granted = LedgerEvent.objects.get(job=job, kind="approval_granted")
@@ -51,8 +58,11 @@ def test_the_requester_cannot_approve_their_own_request(requested, operator):
 def test_the_database_refuses_an_approval_by_the_requester(requested):
     with pytest.raises(IntegrityError, match="approval_four_eyes"), transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("UPDATE approvals_approvalrequest SET status = 'approved', decided_at = now(),"
-                           " decided_by_id = requested_by_id WHERE id = %s", [requested.pk])
+            cursor.execute(
+                "UPDATE approvals_approvalrequest SET status = 'approved', decided_at = now(),"
+                " decided_by_id = requested_by_id WHERE id = %s",
+                [requested.pk],
+            )
 
 
 def test_the_database_refuses_a_raw_insert_decided_by_the_requester(requested, operator):
@@ -63,14 +73,20 @@ def test_the_database_refuses_a_raw_insert_decided_by_the_requester(requested, o
                 " reason, status, decided_by_id, decided_at, decision_note, expires_at, created_at,"
                 " payload_digest, evidence) SELECT job_id, attempt_id, %s, 'olga', 'r', 'approved', %s, now(),"
                 " '', now(), now(), payload_digest, '{}' FROM approvals_approvalrequest WHERE id = %s",
-                [operator.pk, operator.pk, requested.pk])
+                [operator.pk, operator.pk, requested.pk],
+            )
 
 
 def test_at_most_one_pending_request_per_job(requested):
     with pytest.raises(IntegrityError, match="approval_one_pending_per_job"), transaction.atomic():
-        ApprovalRequest.objects.create(job=requested.job, attempt=requested.attempt, requested_by_actor="x",
-                                       reason="again", expires_at=requested.expires_at,
-                                       payload_digest=requested.payload_digest)
+        ApprovalRequest.objects.create(
+            job=requested.job,
+            attempt=requested.attempt,
+            requested_by_actor="x",
+            reason="again",
+            expires_at=requested.expires_at,
+            payload_digest=requested.payload_digest,
+        )
 
 
 def test_a_changed_payload_is_refused(requested, approver):

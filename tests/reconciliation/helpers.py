@@ -55,8 +55,12 @@ def set_profile(sandbox: SandboxProcess, profile: str, account: str) -> None:
     assert response.status == 200, response.json
 
 
-def publish(sandbox: SandboxProcess, key: str, profile: str = "brand-browser", body: str = POST["body"]) -> dict:
-    response = sandbox.request("POST", "/posts", {"body": body, "marker": key}, headers(key, **{"X-Profile": profile}))
+def publish(
+    sandbox: SandboxProcess, key: str, profile: str = "brand-browser", body: str = POST["body"]
+) -> dict:
+    response = sandbox.request(
+        "POST", "/posts", {"body": body, "marker": key}, headers(key, **{"X-Profile": profile})
+    )
     assert response.status == 201, response.json
     return response.json
 

@@ -38,7 +38,7 @@ def test_lookups_back_off_then_hand_the_job_to_an_operator(provider, settings, b
         assert job.check_count == n and job.status == "needs_reconciliation"
         delays.append((job.next_check_at - event.at).total_seconds())
     # Each delay lies in [d/2, d] for d = 2, 4, 8, 10, 10 (small slack for the event's clock).
-    for delay, full in zip(delays, [2, 4, 8, 10, 10]):
+    for delay, full in zip(delays, [2, 4, 8, 10, 10], strict=True):
         assert full / 2 - 0.5 <= delay <= full + 0.01, delays
     assert delays[0] < delays[2]
     make_due("m1")

@@ -68,8 +68,11 @@ def test_escalate_from_the_states_that_need_a_person(provider, operator, status_
     if status_maker == "blocked":
         _blocked_job("j1")
     else:
-        unknown_job("j1", "mail.send" if status_maker == "unknown" else "vault.rotate_credential",
-                    MAIL if status_maker == "unknown" else {"name": "db"})
+        unknown_job(
+            "j1",
+            "mail.send" if status_maker == "unknown" else "vault.rotate_credential",
+            MAIL if status_maker == "unknown" else {"name": "db"},
+        )
         if status_maker == "needs_operator":
             from reconciliation.services import reconcile_job
 
@@ -153,7 +156,13 @@ def test_allowed_decisions_follow_the_state(provider, operator):
     _blocked_job("b1")
     allowed = {j: services.allowed_decisions(Job.objects.get(job_id=j)) for j in ("q1", "m1", "v1", "b1")}
     assert allowed["q1"] == ["cancel_job"]
-    assert allowed["m1"] == ["confirm_effect", "mark_not_found", "escalate", "retry_reconciliation", "cancel_job"]
+    assert allowed["m1"] == [
+        "confirm_effect",
+        "mark_not_found",
+        "escalate",
+        "retry_reconciliation",
+        "cancel_job",
+    ]
     assert allowed["v1"] == ["confirm_effect", "mark_not_found", "escalate", "cancel_job"]
     assert allowed["b1"] == ["mark_not_found", "escalate", "cancel_job"]
     _decide("confirm_effect", "m1", operator)

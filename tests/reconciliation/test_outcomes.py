@@ -31,8 +31,16 @@ MSG = "mail.send"
 @pytest.fixture
 def irreversible_mail(provider):
     """A queryable action that must not be replayed without a second person's approval."""
-    register(Action(name="test.irreversible_mail", executor=send_mail, reversible=False, queryable=True,
-                    reconciler="reconciliation.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
+    register(
+        Action(
+            name="test.irreversible_mail",
+            executor=send_mail,
+            reversible=False,
+            queryable=True,
+            reconciler="reconciliation.reconcilers.mail",
+            lease_ttl=timedelta(seconds=30),
+        )
+    )
     yield "test.irreversible_mail"
     _registry.pop("test.irreversible_mail")
 
@@ -44,7 +52,10 @@ def test_confirmed_closes_the_attempt_and_the_job_without_replay(provider):
     assert (decision.outcome, decision.applied) == ("confirmed", "succeeded")
     attempt = latest_attempt("m1")
     assert attempt.number == 1 and attempt.states == {
-        "delivery": "acknowledged", "execution": "succeeded", "side_effect": "confirmed"}
+        "delivery": "acknowledged",
+        "execution": "succeeded",
+        "side_effect": "confirmed",
+    }
     assert attempt.result_ref == message["message_id"]
     assert Job.objects.get(job_id="m1").status == "succeeded"
     event = LedgerEvent.objects.filter(job__job_id="m1").last()

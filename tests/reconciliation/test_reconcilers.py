@@ -80,8 +80,11 @@ def test_it_confirms_a_post_from_the_bound_account(provider, profile):
 
 @pytest.mark.parametrize(
     ("action", "payload", "identity", "says"),
-    [(INV, INVOICE, None, "no invoice for this key or marker"), (MSG, MAIL, None, "no sent message"),
-     (PST, POST, IDENTITY, "no post with this job's marker")],
+    [
+        (INV, INVOICE, None, "no invoice for this key or marker"),
+        (MSG, MAIL, None, "no sent message"),
+        (PST, POST, IDENTITY, "no post with this job's marker"),
+    ],
 )
 def test_not_found_says_why_replay_is_safe(provider, action, payload, identity, says):
     unknown_job("j1", action, payload, identity=identity)
@@ -94,7 +97,9 @@ def test_not_found_says_why_replay_is_safe(provider, action, payload, identity, 
 # -- unavailable ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("action", "payload", "url"), [(INV, INVOICE, "BILLING"), (MSG, MAIL, "MAIL"), (PST, POST, "PUBLISH")])
+@pytest.mark.parametrize(
+    ("action", "payload", "url"), [(INV, INVOICE, "BILLING"), (MSG, MAIL, "MAIL"), (PST, POST, "PUBLISH")]
+)
 def test_an_unreachable_provider_is_unavailable_not_not_found(provider, settings, action, payload, url):
     unknown_job("j1", action, payload)
     setattr(settings, f"RECKON_{url}_URL", f"http://127.0.0.1:{free_port()}")

@@ -15,7 +15,9 @@ class Command(BaseCommand):
         mode.add_argument("--once", action="store_true", help="one pass over the due jobs (the default)")
         mode.add_argument("--loop", action="store_true", help="keep reconciling every --interval seconds")
         parser.add_argument("--interval", type=float, default=settings.RECKON_RECONCILE_INTERVAL)
-        parser.add_argument("--limit", type=int, default=settings.RECKON_RECONCILE_BATCH, help="jobs per batch")
+        parser.add_argument(
+            "--limit", type=int, default=settings.RECKON_RECONCILE_BATCH, help="jobs per batch"
+        )
 
     def handle(self, *args, once, loop, interval, limit, **options):
         if limit < 1:
