@@ -157,6 +157,11 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
     with transaction.atomic():
         job, attempt, stale = _held(lease, "verify_identity", require_unexpired=True)
         if not stale:
+            if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
+                raise LedgerError(
+                    f"attempt {attempt.number}: identity must be verified before the side effect begins "
+                    f"(it is already {attempt.side_effect_state})"
+                )
             mismatched = {
                 k: {"expected": v, "observed": observed.get(k)}
                 for k, v in job.identity.items()

@@ -161,3 +161,12 @@ def test_identity_mismatch_blocks_the_attempt_and_the_job_before_any_side_effect
     assert event.evidence["observed"]["account"] == "other"
     with pytest.raises(services.StaleLease):
         services.begin_side_effect(lease=lease)
+
+
+def test_identity_cannot_be_verified_after_the_side_effect_began(lease):
+    services.begin_side_effect(lease=lease)
+    version = latest_attempt("j").version
+    with pytest.raises(services.LedgerError, match="before the side effect begins"):
+        services.verify_identity(lease=lease, observed={"account": "other"})
+    attempt = latest_attempt("j")
+    assert (attempt.version, attempt.execution_state, attempt.side_effect_state) == (version, "running", "submitted")
