@@ -118,6 +118,8 @@ DATABASES = {
         **_database,
         "CONN_MAX_AGE": envint("RECKON_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
+        # Which process holds a session, visible in pg_stat_activity.
+        "OPTIONS": {"application_name": f"reckon:{os.getpid()}"},
         "TEST": {"NAME": os.environ.get("RECKON_TEST_DATABASE") or None},
     }
 }
@@ -179,6 +181,9 @@ RECKON_PUBLISH_URL = os.environ.get("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL).rs
 RECKON_VAULT_URL = os.environ.get("RECKON_VAULT_URL", RECKON_SANDBOX_URL).rstrip("/")
 RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
 RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
+# The dead-man gate: irreversible side effects wait while the sweeper or the reconciler has not
+# completed a pass within this many seconds (0 disables the gate).
+RECKON_GATE_BOUND_S = float(os.environ.get("RECKON_GATE_BOUND_S", "120"))
 # Dispatch run_job to django-q2 when a job is enqueued or reopened.
 RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
 

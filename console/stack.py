@@ -57,6 +57,7 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
         ),
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
+        Child("reconciler", manage + ["reconcile", "--loop"]),
     ] + (demo_children[1:] if demo else [])
 
 

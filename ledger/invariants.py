@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
+from ledger.models import CHAIN_HASH
 from ledger.states import CONSISTENCY, JOB_STATUS_FOR_LATEST, LIVE_EXECUTION
 
 
@@ -41,6 +42,25 @@ def _allowed_status_pairs() -> str:
         for execution, statuses in JOB_STATUS_FOR_LATEST.items()
         for status in statuses
     )
+
+
+# Every event's hash recomputed, and its prev_hash compared with the previous event of its job.
+BROKEN_CHAIN_SQL = f"""
+    SELECT c.job_id, min(c.id) AS first_broken FROM (
+        SELECT e.id, e.job_id, e.prev_hash, e.hash,
+               lag(e.hash, 1, '') OVER (PARTITION BY e.job_id ORDER BY e.id) AS expected_prev,
+               {CHAIN_HASH.format(row="e")} AS recomputed
+        FROM ledger_ledgerevent e {{where}}) c
+    WHERE c.prev_hash <> c.expected_prev OR c.hash <> c.recomputed
+    GROUP BY c.job_id"""
+
+
+def first_broken_event(job_pk: int) -> int | None:
+    """The id of the first event of this job whose hash link does not hold, or None: verified."""
+    with connection.cursor() as cursor:
+        cursor.execute(BROKEN_CHAIN_SQL.format(where="WHERE e.job_id = %s"), [job_pk])
+        row = cursor.fetchone()
+    return row[1] if row else None
 
 
 CHECKS: list[tuple[str, str, str]] = [
@@ -114,11 +134,17 @@ CHECKS: list[tuple[str, str, str]] = [
         WHERE a.lease_token > j.lease_seq""",
     ),
     (
+        "history_chain_broken",
+        "jobs whose event hash chain is broken (first broken event shown)",
+        f"""SELECT j.job_id || ' at event ' || b.first_broken FROM ({BROKEN_CHAIN_SQL.format(where="")}) b
+        JOIN ledger_job j ON j.id = b.job_id""",
+    ),
+    (
         "history_not_protected",
-        "the append-only trigger on the event table is missing or disabled",
-        """SELECT 'ledger_ledgerevent' WHERE NOT EXISTS (
-            SELECT 1 FROM pg_trigger WHERE tgrelid = 'ledger_ledgerevent'::regclass
-              AND starts_with(tgname, 'pgtrigger_append_only_') AND tgenabled <> 'D')""",
+        "the append-only or hash-chain trigger on the event table is missing or disabled",
+        """SELECT name FROM (VALUES ('pgtrigger_append_only_'), ('pgtrigger_hash_chain_')) AS t(name)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'ledger_ledgerevent'::regclass
+                            AND starts_with(tgname, t.name) AND tgenabled <> 'D')""",
     ),
 ]
 

@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 from ledger.states import (
     CONSISTENCY,
     LIVE_EXECUTION,
+    UNKNOWN_WORK,
     ActorType,
     Delivery,
     Execution,
@@ -46,6 +47,10 @@ class Job(models.Model):
     check_count = models.PositiveIntegerField(default=0)
     # Set by `recover` after a restore: no new side effect until reconciliation has looked.
     recovery_pending = models.BooleanField(default=False)
+    # Deliveries refused because the job was already leased or finished: a signal, shown to humans.
+    duplicate_deliveries = models.PositiveIntegerField(default=0, db_default=0)
+    # Held back by the dead-man gate (irreversible work while sweeper/reconciler are stale).
+    gated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -58,6 +63,13 @@ class Job(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "created_at"], name="job_status_created"),
+            # The unknown-work queue, oldest first, keyset-paginated: bounded by the queue, not the history.
+            models.Index(
+                fields=["created_at", "id"],
+                name="job_unknown_work_queue",
+                condition=Q(status__in=[s.value for s in UNKNOWN_WORK]),
+            ),
+            models.Index(fields=["gated_at"], name="job_gated", condition=Q(gated_at__isnull=False)),
             # The reconciler's due-job selection, and nothing else.
             models.Index(
                 fields=["next_check_at"],
@@ -152,6 +164,15 @@ class Attempt(models.Model):
         }
 
 
+# sha256 over the previous hash and every field of the event, as PostgreSQL renders them (jsonb's
+# text form is canonical; the time as epoch seconds, independent of the session's time zone).
+CHAIN_HASH = (
+    "encode(sha256(convert_to(concat_ws(chr(31), {row}.prev_hash, {row}.job_id::text, "
+    "coalesce({row}.attempt_id::text, ''), extract(epoch from {row}.at)::text, {row}.actor_type, {row}.actor, "
+    "{row}.kind, {row}.\"before\"::text, {row}.\"after\"::text, {row}.note, {row}.evidence::text), 'UTF8')), 'hex')"
+)
+
+
 class LedgerEvent(models.Model):
     """One row per state change, refusal, or decision. Never updated, never deleted."""
 
@@ -167,6 +188,9 @@ class LedgerEvent(models.Model):
     after = models.JSONField(default=dict, blank=True)
     note = models.TextField(blank=True, default="")
     evidence = models.JSONField(default=dict, blank=True)
+    # The job's hash chain, computed by the database on insert (see CHAIN_HASH): tamper-evident.
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -176,10 +200,33 @@ class LedgerEvent(models.Model):
             models.Index(fields=["job", "id"], name="event_job_id"),
             models.Index(fields=["attempt", "id"], name="event_attempt_id"),
             models.Index(fields=["kind", "at"], name="event_kind_at"),
+            models.Index(fields=["actor", "id"], name="event_actor_id"),
+            models.Index(fields=["at"], name="event_at"),
         ]
         triggers = [
             pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+            pgtrigger.Trigger(
+                name="hash_chain",
+                operation=pgtrigger.Insert,
+                when=pgtrigger.Before,
+                func=(
+                    "NEW.prev_hash := coalesce((SELECT e.hash FROM ledger_ledgerevent e WHERE e.job_id = NEW.job_id "
+                    "ORDER BY e.id DESC LIMIT 1), '');\n"
+                    f"NEW.hash := {CHAIN_HASH.format(row='NEW')};\n"
+                    "RETURN NEW;"
+                ),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.kind} on {self.job_id}"
+
+
+class PassRecord(models.Model):
+    """When a background loop (the lease sweeper, the reconciler) last completed a pass."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    completed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.completed_at}"

@@ -97,6 +97,9 @@ def execute(job_id: str, *, worker: str | None = None) -> str:
     except services.StaleLease as stale:
         log.warning("job %s: %s", job_id, stale)
         return "stale"
+    except services.GateClosed as held:
+        log.warning("job %s: %s", job_id, held)
+        return "held"
 
 
 def _call(executor, job: Job) -> Outcome:

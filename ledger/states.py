@@ -55,6 +55,15 @@ class ActorType(models.TextChoices):
 # An attempt that still holds the job: at most one per job (a partial unique index).
 LIVE_EXECUTION = (Execution.NOT_STARTED, Execution.RUNNING, Execution.UNKNOWN, Execution.BLOCKED)
 
+# The unknown-work queue: jobs that need reconciliation or a human.
+UNKNOWN_WORK = (
+    JobStatus.NEEDS_RECONCILIATION,
+    JobStatus.NEEDS_OPERATOR,
+    JobStatus.ESCALATED,
+    JobStatus.AWAITING_APPROVAL,
+    JobStatus.BLOCKED,
+)
+
 FINISHED_JOB = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 # execution state -> (allowed delivery states or None for any, allowed side-effect states)

@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from approvals.services import open_approval_request
 from ledger.actions import get_action
+from ledger.gate import record_pass
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.core import (
     ClockTimestamp,
@@ -104,7 +105,10 @@ def reconcile_until_idle(*, limit: int | None = None, budget_s: float | None = N
     while True:
         batch = reconcile_due_jobs(limit=limit)
         decisions += batch
-        if not batch or (budget_s is not None and time.monotonic() - started > budget_s):
+        if not batch:
+            record_pass("reconciler")  # a completed pass keeps the dead-man gate open
+            return decisions
+        if budget_s is not None and time.monotonic() - started > budget_s:
             return decisions
 
 

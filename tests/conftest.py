@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# No sweeper or reconciler loop runs during most tests: the dead-man gate would hold every
+# irreversible job. Worker processes started by tests inherit this; gate tests turn it on.
+os.environ.setdefault("RECKON_GATE_BOUND_S", "0")
+
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
@@ -14,6 +20,7 @@ from ledger.models import Attempt, Job
 def _test_settings(settings):
     """Unit tests drive the worker loop by hand; tests with real clusters turn dispatch back on."""
     settings.RECKON_DISPATCH = False
+    settings.RECKON_GATE_BOUND_S = 0
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 

@@ -9,6 +9,7 @@ gets a clear exception.
 from ledger.services.core import (
     ClaimRefused,
     ClockTimestamp,
+    GateClosed,
     IdentityMismatch,
     InvalidJob,
     JobConflict,
@@ -42,6 +43,7 @@ from ledger.services.worker import (
 __all__ = [
     "ClaimRefused",
     "ClockTimestamp",
+    "GateClosed",
     "DecisionRefused",
     "StaleDecision",
     "IdentityMismatch",

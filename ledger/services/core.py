@@ -45,6 +45,10 @@ class IdentityMismatch(LedgerError):
     pass
 
 
+class GateClosed(LedgerError):
+    """The dead-man gate holds irreversible side effects; the attempt went back to the queue."""
+
+
 class ClockTimestamp(Func):
     """The database clock, advancing within a transaction (unlike now())."""
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
+from ledger.gate import record_pass
 from ledger.models import Attempt, Job
 from ledger.services.core import (
     ClockTimestamp,
@@ -52,6 +53,7 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
                 result.exhausted.append(job_id)
             else:
                 result.reclaimed.append(job_id)
+    record_pass("sweeper")  # a completed pass keeps the dead-man gate open
     return result
 
 

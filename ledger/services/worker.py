@@ -9,12 +9,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from ledger.actions import get_action
+from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
 from ledger.services.core import (
     ClaimRefused,
+    GateClosed,
     IdentityMismatch,
     Lease,
     LedgerError,
@@ -23,6 +26,7 @@ from ledger.services.core import (
     lock_job,
     open_next_attempt,
     record_event,
+    set_job_status,
     snapshot,
     transition,
 )
@@ -54,6 +58,7 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
                 )
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
+            Job.objects.filter(pk=job.pk).update(duplicate_deliveries=F("duplicate_deliveries") + 1)
             record_event(
                 job,
                 attempt,
@@ -69,17 +74,21 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
             if attempt.execution_state == Execution.RUNNING:  # an expired lease
                 expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER, dispatch=False)
                 attempt = latest_attempt(job)
-            if attempt.execution_state == Execution.NOT_STARTED and not job.recovery_pending:
+            gate = _gate_for(job)
+            if attempt.execution_state == Execution.NOT_STARTED and not job.recovery_pending and gate.open:
                 return _lease(job, attempt, worker=worker, now=now)
             if job.status in FINISHED_JOB:
                 refusal = ClaimRefused("attempts_exhausted", f"job {job_id} has used all its attempts")
             else:
-                refusal = _refuse_claim(job, attempt, worker)
+                refusal = _refuse_claim(job, attempt, worker, gate)
     raise refusal
 
 
-def _refuse_claim(job: Job, attempt: Attempt, worker: str) -> ClaimRefused:
-    if job.recovery_pending:
+def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimRefused:
+    if not gate.open and attempt.execution_state == Execution.NOT_STARTED:
+        reason, message = "dead_man_gate", f"dead-man gate: {gate.reason}"
+        set_job_status(job, job.status, gated_at=job.db_now)
+    elif job.recovery_pending:
         reason, message = "under_recovery", RECOVERY_REFUSAL.format(job=job.job_id)
     elif attempt.execution_state == Execution.UNKNOWN:
         reason, message = (
@@ -205,32 +214,40 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
 
 def begin_side_effect(*, lease: Lease) -> Attempt:
     """Compare-and-set to `submitted`: only after this may the caller touch the outside world."""
+    held = ""
     with transaction.atomic():
         job, attempt, stale = _held(lease, "begin_side_effect", require_unexpired=True)
         if not stale:
             if job.recovery_pending:
                 raise LedgerError(RECOVERY_REFUSAL.format(job=job.job_id))
             if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
-                raise LedgerError(
-                    f"attempt {attempt.number}: side effect already {attempt.side_effect_state}"
-                )
+                raise LedgerError(f"attempt {attempt.number}: side effect already {attempt.side_effect_state}")
             if job.identity and attempt.observed_identity is None:
-                raise LedgerError(
-                    f"job {job.job_id} is bound to an identity: verify it before any side effect"
-                )
-            transition(
-                job,
-                attempt,
-                actor_type=ActorType.WORKER,
-                actor=lease.owner,
-                kind="side_effect_started",
-                side_effect_state=SideEffect.SUBMITTED,
-                heartbeat_at=job.db_now,
-                evidence={"idempotency_key": job.idempotency_key},
-            )
+                raise LedgerError(f"job {job.job_id} is bound to an identity: verify it before any side effect")
+            gate = _gate_for(job)
+            if gate.open:
+                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="side_effect_started",
+                           side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now,
+                           evidence={"idempotency_key": job.idempotency_key})
+            else:  # hand the attempt back to the queue; the gate re-dispatches it when it reopens
+                held = f"dead-man gate: {gate.reason}; attempt {attempt.number} goes back to the queue"
+                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="side_effect_held",
+                           job_status=JobStatus.PENDING, job_fields={"gated_at": job.db_now},
+                           delivery_state=Delivery.QUEUED, execution_state=Execution.NOT_STARTED,
+                           lease_owner="", lease_token=None, lease_expires_at=None, note=held,
+                           evidence={"gate": gate.reason, "released_token": lease.token})
     if stale:
         raise StaleLease(stale)
+    if held:
+        raise GateClosed(held)
     return attempt
+
+
+def _gate_for(job: Job):
+    """The gate only holds irreversible actions; reversible work never asks it."""
+    if get_action(job.action).reversible:
+        return Gate(open=True)
+    return gate_status()
 
 
 def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None = None) -> Attempt:

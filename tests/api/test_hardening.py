@@ -15,8 +15,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_check_deploy_is_clean_with_production_settings():
+    # The browser tests' conftest allows async-unsafe calls for live_server; production does not.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"},
         "RECKON_DEBUG": "false",
         "RECKON_SECRET_KEY": secrets.token_urlsafe(50),
         "RECKON_ALLOWED_HOSTS": "reckon.example.com",

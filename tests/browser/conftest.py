@@ -44,10 +44,12 @@ def artifacts() -> Path:
 
 
 def _other_sessions() -> int:
+    """Sessions of other processes (a cluster's workers) still on the test database."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
+            " AND pid <> pg_backend_pid() AND application_name <> %s",
+            [f"reckon:{os.getpid()}"],
         )
         return cursor.fetchone()[0]
 
@@ -73,4 +75,10 @@ def log_in(live_server):
     # database sessions (and a cluster's, a moment after its processes): the test database can go.
     for context in contexts:
         context.close()
-    wait_for(lambda: not _other_sessions(), timeout=15, message="other database sessions to end")
+    try:
+        wait_for(lambda: not _other_sessions(), timeout=60, message="other database sessions to end")
+    except AssertionError:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            raise AssertionError(f"sessions still open: {cursor.fetchall()}") from None

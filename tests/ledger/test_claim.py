@@ -29,6 +29,7 @@ def test_a_duplicate_delivery_during_a_live_lease_is_refused_and_recorded():
     assert refused.value.reason == "duplicate_delivery"
     assert Attempt.objects.values().get() == before
     assert Job.objects.get(job_id="j").lease_seq == 1
+    assert Job.objects.get(job_id="j").duplicate_deliveries == 1
     assert event_kinds("j")[-1] == "duplicate_delivery"
 
 

@@ -30,7 +30,7 @@ def test_it_is_clean_after_real_work(capsys):
     _workload()
     assert _broken() == {}
     call_command("ledger_check")
-    assert "all 10 invariants hold" in capsys.readouterr().out
+    assert "all 11 invariants hold" in capsys.readouterr().out
 
 
 def _raw(statement: str, params=()):
