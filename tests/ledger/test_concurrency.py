@@ -9,6 +9,7 @@ join is bounded, so a deadlock fails the test instead of hanging it.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -45,8 +46,9 @@ def run_threads(*targets, timeout: float = JOIN_TIMEOUT) -> list:
     threads = [threading.Thread(target=runner, args=(i, t), daemon=True) for i, t in enumerate(targets)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + timeout  # one bound for all of them, not one each
     for thread in threads:
-        thread.join(timeout)
+        thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [t.name for t in threads if t.is_alive()]
     assert not stuck, f"threads still running after {timeout}s (deadlock?): {stuck}"
     return outcomes
@@ -66,12 +68,14 @@ def assert_ledger_clean():
 
 # --- duplicate delivery --------------------------------------------------------------------
 
+
 def test_eight_workers_racing_to_claim_one_job_get_one_lease_and_seven_recorded_duplicates():
     make_job("race-claim")
     workers = [f"w{i}" for i in range(8)]
 
-    outcomes = run_threads(*[(lambda w=w: services.claim_job(job_id="race-claim", worker=w))
-                             for w in workers])
+    outcomes = run_threads(
+        *[(lambda w=w: services.claim_job(job_id="race-claim", worker=w)) for w in workers]
+    )
 
     leases = [value for status, value in outcomes if status == "ok"]
     errors = [value for status, value in outcomes if status == "error"]
@@ -90,8 +94,9 @@ def test_eight_workers_racing_to_claim_one_job_get_one_lease_and_seven_recorded_
     assert counted["claimed"] == 1
     assert counted["duplicate_delivery"] == 7
     # every refusal names the winner, and is recorded against the winner's attempt
-    refused_by = set(LedgerEvent.objects.filter(job=job, kind="duplicate_delivery")
-                     .values_list("actor", flat=True))
+    refused_by = set(
+        LedgerEvent.objects.filter(job=job, kind="duplicate_delivery").values_list("actor", flat=True)
+    )
     assert refused_by == set(workers) - {lease.owner}
     (attempt,) = Attempt.objects.filter(job=job)
     assert (attempt.execution_state, attempt.lease_owner, attempt.lease_token) == ("running", lease.owner, 1)
@@ -99,6 +104,7 @@ def test_eight_workers_racing_to_claim_one_job_get_one_lease_and_seven_recorded_
 
 
 # --- stale writers -------------------------------------------------------------------------
+
 
 def test_a_stale_writer_after_a_reclaim_is_rejected_on_every_write_and_changes_nothing():
     make_job("stale")
@@ -113,12 +119,13 @@ def test_a_stale_writer_after_a_reclaim_is_rejected_on_every_write_and_changes_n
     rejected_before = kinds("stale")["late_write_rejected"]
     stale_writes = [
         ("begin_side_effect", lambda: services.begin_side_effect(lease=lease_a)),
-        ("record_success", lambda: services.record_success(lease=lease_a, result_ref="from-A",
-                                                           evidence={"by": "A"})),
+        (
+            "record_success",
+            lambda: services.record_success(lease=lease_a, result_ref="from-A", evidence={"by": "A"}),
+        ),
         ("record_unknown", lambda: services.record_unknown(lease=lease_a, reason="A lost the connection")),
         ("renew_lease", lambda: services.renew_lease(lease=lease_a)),
-        ("record_failure", lambda: services.record_failure(lease=lease_a, error="A says no",
-                                                           retryable=True)),
+        ("record_failure", lambda: services.record_failure(lease=lease_a, error="A says no", retryable=True)),
         ("verify_identity", lambda: services.verify_identity(lease=lease_a, observed={"account": "x"})),
     ]
     for operation, write in stale_writes:
@@ -128,17 +135,27 @@ def test_a_stale_writer_after_a_reclaim_is_rejected_on_every_write_and_changes_n
         event = LedgerEvent.objects.filter(job__job_id="stale").latest("id")
         assert event.kind == "late_write_rejected"
         assert (event.actor, event.evidence["operation"]) == ("A", operation)
-        assert event.evidence["stale_token"] == lease_a.token
+        assert (event.evidence["stale_token"], event.evidence["current_token"]) == (
+            lease_a.token,
+            lease_b.token,
+        )
         assert event.attempt.number == 1
     assert kinds("stale")["late_write_rejected"] == rejected_before + len(stale_writes)
 
     first, second = (Attempt.objects.get(job__job_id="stale", number=n) for n in (1, 2))
     assert (first.delivery_state, first.execution_state, first.side_effect_state) == (
-        "dead_lettered", "failed", "not_attempted")
+        "dead_lettered",
+        "failed",
+        "not_attempted",
+    )
     assert first.result_ref == ""
     assert "A says no" not in first.error and "A lost" not in first.error
     assert (second.execution_state, second.side_effect_state, second.lease_owner, second.lease_token) == (
-        "running", "submitted", "B", 2)
+        "running",
+        "submitted",
+        "B",
+        2,
+    )
     assert (second.result_ref, second.error) == ("", "")
     job = Job.objects.get(job_id="stale")
     assert (job.status, job.lease_seq) == ("running", 2)
@@ -148,7 +165,10 @@ def test_a_stale_writer_after_a_reclaim_is_rejected_on_every_write_and_changes_n
     services.record_success(lease=lease_b, result_ref="from-B")
     second.refresh_from_db()
     assert (second.execution_state, second.side_effect_state, second.result_ref) == (
-        "succeeded", "confirmed", "from-B")
+        "succeeded",
+        "confirmed",
+        "from-B",
+    )
     assert_ledger_clean()
 
 
@@ -159,9 +179,11 @@ def test_a_stale_writer_is_rejected_after_the_sweeper_reclaimed_its_attempt():
     assert services.sweep_expired_leases().reclaimed == ["swept"]
     before = attempt_rows("swept")
 
-    for write in (lambda: services.begin_side_effect(lease=lease_a),
-                  lambda: services.record_success(lease=lease_a, result_ref="late"),
-                  lambda: services.renew_lease(lease=lease_a)):
+    for write in (
+        lambda: services.begin_side_effect(lease=lease_a),
+        lambda: services.record_success(lease=lease_a, result_ref="late"),
+        lambda: services.renew_lease(lease=lease_a),
+    ):
         with pytest.raises(services.StaleLease):
             write()
     assert attempt_rows("swept") == before
@@ -213,7 +235,10 @@ def test_a_late_success_racing_the_sweeper_or_a_reclaim_is_never_accepted_twice(
         if a_status == "ok":
             orders["A first"] += 1
             assert (first.execution_state, first.side_effect_state, first.result_ref) == (
-                "succeeded", "confirmed", "from-A")
+                "succeeded",
+                "confirmed",
+                "from-A",
+            )
             assert job.status == "succeeded"
             assert counted["late_write_rejected"] == 0 and counted["lease_expired_unknown"] == 0
             if other == "sweep":
@@ -225,7 +250,10 @@ def test_a_late_success_racing_the_sweeper_or_a_reclaim_is_never_accepted_twice(
             orders["B first"] += 1
             assert isinstance(a_value, services.StaleLease), a_value
             assert (first.execution_state, first.side_effect_state, first.delivery_state) == (
-                "unknown", "ambiguous", "dead_lettered")
+                "unknown",
+                "ambiguous",
+                "dead_lettered",
+            )
             assert first.result_ref == ""
             assert job.status == "needs_reconciliation"
             assert counted["late_write_rejected"] == 1 and counted["lease_expired_unknown"] == 1
@@ -252,8 +280,9 @@ def test_a_stale_renew_racing_a_reclaim_never_leaves_two_live_leases():
         expire_lease(job_id)
 
         (a_status, a_value), (b_status, b_value) = run_threads(
-            lambda: services.renew_lease(lease=lease_a),
-            lambda job_id=job_id: services.claim_job(job_id=job_id, worker="B"))
+            lambda lease=lease_a: services.renew_lease(lease=lease),
+            lambda job_id=job_id: services.claim_job(job_id=job_id, worker="B"),
+        )
 
         assert a_status == "error" and isinstance(a_value, services.StaleLease), a_value
         assert b_status == "ok", b_value
@@ -267,6 +296,7 @@ def test_a_stale_renew_racing_a_reclaim_never_leaves_two_live_leases():
 
 
 # --- throughput without deadlock -----------------------------------------------------------
+
 
 def test_eight_full_worker_cycles_with_a_concurrent_sweeper_loop_finish_without_deadlock():
     job_ids = [f"cycle-{i}" for i in range(8)]
@@ -295,6 +325,7 @@ def test_eight_full_worker_cycles_with_a_concurrent_sweeper_loop_finish_without_
                 return services.record_success(lease=lease, result_ref=f"ref-{job_id}")
             finally:
                 workers_done.wait(timeout=JOIN_TIMEOUT)
+
         return run
 
     def sweeper():
@@ -319,26 +350,43 @@ def test_eight_full_worker_cycles_with_a_concurrent_sweeper_loop_finish_without_
     for job_id in job_ids:
         attempt = latest_attempt(job_id)
         assert (attempt.number, attempt.execution_state, attempt.side_effect_state, attempt.result_ref) == (
-            1, "succeeded", "confirmed", f"ref-{job_id}")
+            1,
+            "succeeded",
+            "confirmed",
+            f"ref-{job_id}",
+        )
         assert Job.objects.get(job_id=job_id).status == "succeeded"
     reclaimed = [j for s in sweeps for j in s.reclaimed]
     unknown = [j for s in sweeps for j in s.unknown]
     assert sorted(reclaimed) == sorted(stalled_quiet)  # each exactly once
     assert sorted(unknown) == sorted(stalled_submitted)
     for job_id in stalled_quiet:
-        assert [(a.number, a.execution_state) for a in Attempt.objects.filter(job__job_id=job_id)
-                .order_by("number")] == [(1, "failed"), (2, "not_started")]
+        assert [
+            (a.number, a.execution_state)
+            for a in Attempt.objects.filter(job__job_id=job_id).order_by("number")
+        ] == [(1, "failed"), (2, "not_started")]
     for job_id in stalled_submitted:
-        assert [(a.number, a.execution_state, a.side_effect_state) for a in
-                Attempt.objects.filter(job__job_id=job_id)] == [(1, "unknown", "ambiguous")]
+        assert [
+            (a.number, a.execution_state, a.side_effect_state)
+            for a in Attempt.objects.filter(job__job_id=job_id)
+        ] == [(1, "unknown", "ambiguous")]
     assert_ledger_clean()
 
 
 # --- enqueue races -------------------------------------------------------------------------
 
+
 def test_two_concurrent_enqueues_of_the_same_job_create_one_job_and_both_get_it():
-    outcomes = run_threads(*[(lambda: services.enqueue_job(job_id="twin", tenant="acme", action="reckon.echo",
-                                                           payload={"n": 1}))] * 2)
+    outcomes = run_threads(
+        *[
+            (
+                lambda: services.enqueue_job(
+                    job_id="twin", tenant="acme", action="reckon.echo", payload={"n": 1}
+                )
+            )
+        ]
+        * 2
+    )
 
     assert [status for status, _ in outcomes] == ["ok", "ok"], outcomes
     first, second = (value for _, value in outcomes)
@@ -351,9 +399,12 @@ def test_two_concurrent_enqueues_of_the_same_job_create_one_job_and_both_get_it(
 
 def test_two_concurrent_enqueues_with_different_payloads_one_wins_and_the_other_is_refused():
     payloads = [{"n": 1}, {"n": 2}]
-    outcomes = run_threads(*[(lambda p=p: services.enqueue_job(job_id="clash", tenant="acme",
-                                                               action="reckon.echo", payload=p))
-                             for p in payloads])
+    outcomes = run_threads(
+        *[
+            (lambda p=p: services.enqueue_job(job_id="clash", tenant="acme", action="reckon.echo", payload=p))
+            for p in payloads
+        ]
+    )
 
     statuses = sorted(status for status, _ in outcomes)
     assert statuses == ["error", "ok"], outcomes
