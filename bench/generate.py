@@ -22,8 +22,9 @@ JOB_COLUMNS = ("id", "job_id", "tenant", "action", "payload", "identity", "idemp
 ATTEMPT_COLUMNS = ("id", "job_id", "number", "delivery_state", "execution_state", "side_effect_state", "lease_owner",
                    "lease_token", "lease_expires_at", "heartbeat_at", "observed_identity", "result_ref", "error",
                    "version", "created_at", "updated_at")
+# prev_hash and hash are placeholders: the database's hash-chain trigger computes them on insert.
 EVENT_COLUMNS = ("id", "job_id", "attempt_id", "at", "actor_type", "actor", "kind", "before", "after", "note",
-                 "evidence")
+                 "evidence", "prev_hash", "hash")
 QUEUE_STATUSES = ("needs_reconciliation", "needs_operator", "escalated", "blocked")
 TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 ACTIONS = ("billing.create_invoice", "mail.send", "social.publish_post")
@@ -50,7 +51,7 @@ class _History:
     def add(self, attempt_pk, kind, before, after, actor_type="worker", actor="gen-worker", note="", evidence=None):
         self.clock += timedelta(milliseconds=self.rng.randint(5, 400))
         self.rows.append((next(self.ids), self.job_pk, attempt_pk, self.clock, actor_type, actor, kind,
-                          Jsonb(before), Jsonb(after), note, Jsonb(evidence or {})))
+                          Jsonb(before), Jsonb(after), note, Jsonb(evidence or {}), "", ""))
 
 
 def states(job_status, number, delivery, execution, side_effect) -> dict:
@@ -178,7 +179,7 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> lis
         attempts.append((attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
                          None, None, "", "", 1, now, now))
         events.append((event_id + n, job_id + n, attempt_id + n, now, "system", "bench", "enqueued", Jsonb({}),
-                       Jsonb(states("pending", 1, "queued", "not_started", "not_attempted")), "", Jsonb({})))
+                       Jsonb(states("pending", 1, "queued", "not_started", "not_attempted")), "", Jsonb({}), "", ""))
     _copy([("ledger_job", JOB_COLUMNS, jobs), ("ledger_attempt", ATTEMPT_COLUMNS, attempts),
            ("ledger_ledgerevent", EVENT_COLUMNS, events)])
     return names
