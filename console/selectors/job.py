@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from django.shortcuts import get_object_or_404
 
 from approvals.models import ApprovalRequest
+from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
-from reconciliation.models import ReconciliationCheck
+from reconciliation.models import Outcome, ReconciliationCheck
 
 
 @dataclass
@@ -18,14 +19,19 @@ class JobRecord:
     events: list[LedgerEvent]
     checks: list[ReconciliationCheck]
     approvals: list[ApprovalRequest]
+    first_broken_event: int | None  # the id of the first event whose hash link fails; None: verified
 
     @property
     def latest(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
     @property
-    def duplicate_deliveries(self) -> int:
-        return sum(1 for event in self.events if event.kind == "duplicate_delivery")
+    def not_found_reason(self) -> str:
+        """Why a replay is safe, when the latest reconciliation found nothing at the provider."""
+        check = self.checks[-1] if self.checks else None
+        if check is None or check.outcome != Outcome.NOT_FOUND:
+            return ""
+        return check.evidence.get("reason", "")
 
 
 def job_record(job_id: str) -> JobRecord:
@@ -40,4 +46,5 @@ def job_record(job_id: str) -> JobRecord:
             .select_related("attempt", "requested_by", "decided_by")
             .order_by("-id")
         ),
+        first_broken_event=first_broken_event(job.pk),
     )

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 from django_q.models import OrmQ
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.selectors.queue import NEEDS_HUMAN, oldest_unknown_at, unknown_work_counts
+from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import Execution, JobStatus
 from reconciliation.models import Outcome, ReconciliationCheck
@@ -30,6 +31,9 @@ class Overview:
     late_writes_recent: int
     late_writes_total: int
     jobs_by_status: list[tuple[str, int]]
+    gate: Gate
+    duplicates_recent: int
+    claims_recent: int
 
     @property
     def unknown_total(self) -> int:
@@ -38,6 +42,11 @@ class Overview:
     @property
     def jobs_total(self) -> int:
         return sum(n for _, n in self.jobs_by_status)
+
+    @property
+    def duplicates_per_claim(self) -> float | None:
+        """Refused duplicate deliveries per claimed delivery in the last hour (None: no claims)."""
+        return self.duplicates_recent / self.claims_recent if self.claims_recent else None
 
 
 def overview() -> Overview:
@@ -51,6 +60,13 @@ def overview() -> Overview:
     )
     late_writes = LedgerEvent.objects.filter(kind="late_write_rejected")
     by_status = Job.objects.counts_by_status()
+    # Both kinds over the last hour in one pass over the (kind, at) index.
+    deliveries = LedgerEvent.objects.filter(
+        kind__in=("duplicate_delivery", "claimed"), at__gte=since
+    ).aggregate(
+        duplicates=Count("id", filter=Q(kind="duplicate_delivery")),
+        claims=Count("id", filter=Q(kind="claimed")),
+    )
     return Overview(
         queue_depth=OrmQ.objects.count(),
         busy_workers=Attempt.objects.filter(execution_state=Execution.RUNNING).count(),
@@ -62,4 +78,7 @@ def overview() -> Overview:
         late_writes_recent=late_writes.filter(at__gte=since).count(),
         late_writes_total=late_writes.count(),
         jobs_by_status=[(s.value, by_status.get(s.value, 0)) for s in JobStatus],
+        gate=gate_status(),
+        duplicates_recent=deliveries["duplicates"],
+        claims_recent=deliveries["claims"],
     )

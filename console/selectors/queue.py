@@ -97,6 +97,7 @@ def queue_jobs(spec: QueueFilter) -> Page:
         "updated_at",
         "check_count",
         "next_check_at",
+        "duplicate_deliveries",
     )
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)

@@ -56,6 +56,7 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
     may_approve = has_role(request.user, [APPROVERS])
     for item in pending:
         item.own = item.requested_by_id == request.user.pk
+        item.payload_changed = approval_services.payload_digest(item.job.payload) != item.payload_digest
         item.can_decide = may_approve and not item.own
     return {
         "pending": pending,

@@ -21,6 +21,8 @@ CSV_COLUMNS = (
     "after",
     "note",
     "evidence",
+    "prev_hash",
+    "hash",
 )
 KNOWN_KINDS = (
     "enqueued",
@@ -37,6 +39,7 @@ KNOWN_KINDS = (
     "late_write_rejected",
     "duplicate_delivery",
     "claim_refused",
+    "side_effect_held",
     "attempt_opened",
     "attempts_exhausted",
     "reconciled_confirmed",
@@ -52,6 +55,9 @@ KNOWN_KINDS = (
     "operator_cancelled",
     "approval_requested",
     "approval_granted",
+    "approval_rejected",
+    "approval_withdrawn",
+    "approval_expired",
     "recovery_started",
     "recovery_released",
 )
@@ -112,6 +118,8 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
                     json.dumps(event.after, sort_keys=True),
                     event.note,
                     json.dumps(event.evidence, sort_keys=True),
+                    event.prev_hash,
+                    event.hash,
                 ]
             )
 

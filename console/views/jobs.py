@@ -11,6 +11,7 @@ from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
 from ledger import services
 from ledger.actions import get_action
+from ledger.gate import gate_status
 from ledger.models import Job
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
@@ -91,4 +92,5 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "version": record.latest.version if record.latest else 1,
         "notice": notice,
         "can_decide": has_role(request.user, [OPERATORS]),
+        "gate": gate_status() if record.job.gated_at else None,
     }

@@ -92,3 +92,69 @@ def test_deciding_twice_is_refused_clearly(client, approver, requested):
 def test_an_unknown_request_is_404(client, approver):
     client.force_login(approver)
     assert client.post("/approvals/999/decide/", {"decision": "approve", "note": "x"}).status_code == 404
+
+
+@pytest.fixture
+def reconciler_requested(provider):
+    """The reconciler found nothing for a queryable irreversible action and asked for approval."""
+    from datetime import timedelta
+
+    from ledger.actions import Action, _registry, register
+    from ledger.demo_actions import send_mail
+    from reconciliation.services import reconcile_job
+    from tests.console.conftest import make_unknown_job
+
+    register(
+        Action(
+            name="test.irreversible_mail",
+            executor=send_mail,
+            reversible=False,
+            queryable=True,
+            reconciler="reconciliation.reconcilers.mail",
+            lease_ttl=timedelta(seconds=30),
+        )
+    )
+    make_unknown_job(
+        "mail-1",
+        action="test.irreversible_mail",
+        payload={"to": "ann@example.com", "subject": "Hi", "body": "x"},
+    )
+    assert reconcile_job(job_id="mail-1").applied == "awaiting_approval"
+    yield ApprovalRequest.objects.get(job__job_id="mail-1")
+    _registry.pop("test.irreversible_mail")
+
+
+def test_it_shows_the_evidence_the_approval_is_granted_on(client, auditor, reconciler_requested):
+    evidence = reconciler_requested.evidence
+    assert "no sent message with this marker" in evidence["reason"] and evidence["lookups"]
+    client.force_login(auditor)
+    html = client.get("/approvals/").content.decode()
+    article = html[html.index(f'data-approval="{reconciler_requested.pk}"') :]
+    assert f'<code class="digest" data-digest>{reconciler_requested.payload_digest}</code>' in article
+    assert "<summary>Evidence</summary>" in article
+    assert "no sent message with this marker header" in article  # the reason, inside the evidence
+    assert "/messages?marker=test.irreversible_mail%3Amail-1" in article  # the lookup the provider answered
+    assert "data-payload-changed" not in html
+
+
+def test_a_payload_changed_since_the_request_is_flagged(client, approver, requested):
+    Job.objects.filter(pk=requested.job_id).update(payload={"name": "root-password"})  # tampering
+    client.force_login(approver)
+    html = client.get("/approvals/").content.decode()
+    assert "data-payload-changed" in html and "an approval would be refused" in html
+    response = client.post(
+        f"/approvals/{requested.pk}/decide/", {"decision": "approve", "note": "ok"}, **htmx()
+    )
+    assert "payload changed" in response.content.decode()
+    requested.refresh_from_db()
+    assert requested.status == "pending"
+
+
+def test_recently_decided_requests_keep_their_digest(client, approver, requested):
+    client.force_login(approver)
+    client.post(f"/approvals/{requested.pk}/decide/", {"decision": "reject", "note": "too risky"})
+    html = client.get("/approvals/").content.decode()
+    assert (
+        f'<code class="digest" title="{requested.payload_digest}">{requested.payload_digest[:12]}</code>'
+        in html
+    )

@@ -76,3 +76,18 @@ def test_csv_export_streams_the_same_filter(client, auditor, history):
     assert {row[2] for row in rows[1:]} == {"inv-1"}
     assert [row[6] for row in rows[1:]][0] == "operator_escalated"
     assert len(rows) - 1 == len(_events_on_page(client.get("/audit/?job=inv-1").content.decode()))
+
+
+def test_csv_export_carries_each_events_hash_chain(client, auditor, history):
+    from ledger.models import LedgerEvent
+
+    client.force_login(auditor)
+    response = client.get("/audit/export.csv?job=inv-1")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert list(rows[0])[-2:] == ["prev_hash", "hash"]
+    stored = {e.pk: (e.prev_hash, e.hash) for e in LedgerEvent.objects.filter(job__job_id="inv-1")}
+    assert {int(row["id"]): (row["prev_hash"], row["hash"]) for row in rows} == stored
+    oldest_first = list(reversed(rows))
+    assert oldest_first[0]["prev_hash"] == ""
+    for earlier, later in zip(oldest_first, oldest_first[1:], strict=False):
+        assert later["prev_hash"] == earlier["hash"]  # an auditor can verify the chain from the file

@@ -84,3 +84,98 @@ def test_a_page_request_from_htmx_is_still_the_whole_page(client, auditor):
     make_job("a")
     client.force_login(auditor)
     assert b"<html" in client.get("/jobs/a/", **htmx()).content
+
+
+# -- tamper-evident history, duplicate deliveries, not_found reasons, the dead-man gate -------
+
+
+def _tamper(statement: str, params) -> None:
+    """An out-of-band change, made with the append-only trigger disabled in this test's transaction."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE ledger_ledgerevent DISABLE TRIGGER USER")
+        cursor.execute(statement, params)
+        cursor.execute("ALTER TABLE ledger_ledgerevent ENABLE TRIGGER USER")
+
+
+def test_it_says_the_history_is_verified(client, auditor):
+    make_unknown_job("inv-1")
+    client.force_login(auditor)
+    html = client.get("/jobs/inv-1/").content.decode()
+    assert 'data-chain="verified"' in html and "History verified" in html
+    assert "History broken" not in html
+
+
+@pytest.mark.parametrize(
+    ("statement", "broken_at"),
+    [
+        ("UPDATE ledger_ledgerevent SET note = 'nothing to see' WHERE id = %s", 2),  # the rewritten event
+        ("DELETE FROM ledger_ledgerevent WHERE id = %s", 3),  # the event after the removed one
+    ],
+)
+def test_an_out_of_band_change_shows_where_the_history_breaks(client, auditor, statement, broken_at):
+    job = make_unknown_job("inv-1")
+    make_unknown_job("inv-2")  # another job's chain is its own and stays verified
+    events = list(job.events.order_by("id").values_list("id", flat=True))
+    _tamper(statement, [events[2]])
+    expected = events[broken_at]
+    client.force_login(auditor)
+    html = client.get("/jobs/inv-1/").content.decode()
+    assert f'History broken at event <a href="#event-{expected}">#{expected}</a>' in html
+    assert 'class="chain chain-broken" role="alert"' in html
+    assert f'<li id="event-{expected}" class="event actor-worker event-broken"' in html
+    assert html.count("event-broken") == 1
+    assert "History verified" not in html
+    other = client.get("/jobs/inv-2/").content.decode()
+    assert "History verified" in other and "History broken" not in other
+
+
+def test_each_event_shows_its_hash_short_with_the_full_hash_in_its_title(client, auditor):
+    job = make_unknown_job("inv-1")
+    client.force_login(auditor)
+    html = client.get("/jobs/inv-1/").content.decode()
+    for event in job.events.all():
+        assert len(event.hash) == 64
+        assert f'title="{event.hash}" data-hash="{event.hash}"' in html
+        assert f"</span>{event.hash[:12]}</code>" in html
+
+
+def test_not_found_shows_why_a_replay_is_safe_beside_the_decision(client, operator, provider):
+    from reconciliation.models import ReconciliationCheck
+    from reconciliation.services import reconcile_job
+
+    make_unknown_job("inv-1")
+    decision = reconcile_job(job_id="inv-1")
+    assert decision.outcome == "not_found"
+    reason = ReconciliationCheck.objects.get(job__job_id="inv-1").evidence["reason"]
+    assert "no invoice for this key or marker" in reason
+    client.force_login(operator)
+    html = client.get("/jobs/inv-1/").content.decode()
+    panel = html[html.index('id="decision-panel"') :]
+    assert "Why a replay is safe" in panel
+    assert f"The latest reconciliation found nothing at the provider: {reason}" in panel
+
+
+def test_no_replay_reason_is_shown_when_reconciliation_did_not_say_not_found(client, operator):
+    make_operator_job("vault-1")  # not queryable: no not_found, no reason
+    client.force_login(operator)
+    assert "Why a replay is safe" not in client.get("/jobs/vault-1/").content.decode()
+
+
+def test_a_job_held_by_the_dead_man_gate_says_so(client, auditor, settings):
+    from ledger import services
+    from ledger.gate import record_pass
+
+    settings.RECKON_GATE_BOUND_S = 30
+    record_pass("sweeper")  # the reconciler never completed a pass
+    make_job("rot", action="vault.rotate_credential", payload={"name": "db"})
+    with pytest.raises(services.ClaimRefused, match="dead-man gate"):
+        services.claim_job(job_id="rot", worker="w")
+    client.force_login(auditor)
+    html = client.get("/jobs/rot/").content.decode()
+    assert "data-gated" in html and "Held by the dead-man gate since" in html
+    assert "the reconciler has not completed a pass yet" in html
+    make_job("plain")
+    assert "data-gated" not in client.get("/jobs/plain/").content.decode()

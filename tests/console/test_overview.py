@@ -81,3 +81,69 @@ def test_it_refreshes_itself_as_a_partial(client, auditor):
     html = client.get("/", HTTP_HX_REQUEST="true").content.decode()
     assert html.lstrip().startswith('<div id="overview-live"') and 'hx-trigger="every 5s"' in html
     assert "<html" not in html
+
+
+# -- the dead-man gate and the duplicate-delivery rate ----------------------------------------
+
+
+@pytest.fixture
+def gate_on(settings):
+    settings.RECKON_GATE_BOUND_S = 30
+
+
+def test_a_closed_gate_shows_a_red_banner_with_the_reason_and_the_last_passes(client, auditor, gate_on):
+    from ledger.gate import record_pass
+    from ledger.models import PassRecord
+
+    record_pass("sweeper")  # the reconciler has stalled: it never completed a pass
+    swept_at = PassRecord.objects.get(name="sweeper").completed_at
+    client.force_login(auditor)
+    html = client.get("/").content.decode()
+    assert '<section class="gate-banner" role="alert"' in html
+    assert "Dead-man gate closed" in html
+    assert (
+        "the reconciler has not completed a pass yet (bound 30 s): irreversible side effects are held" in html
+    )
+    assert f'data-last-pass="sweeper"><time datetime="{swept_at.isoformat()}"' in html
+    assert 'data-last-pass="reconciler">never</dd>' in html
+
+
+def test_the_banner_is_in_the_refreshing_region(client, auditor, gate_on):
+    client.force_login(auditor)
+    html = client.get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert html.lstrip().startswith('<div id="overview-live"') and 'role="alert"' in html
+
+
+@pytest.mark.parametrize("bound", [30, 0])
+def test_an_open_or_disabled_gate_shows_nothing(client, auditor, settings, bound):
+    from ledger.gate import record_pass
+
+    settings.RECKON_GATE_BOUND_S = bound
+    record_pass("sweeper")
+    record_pass("reconciler")
+    client.force_login(auditor)
+    html = client.get("/").content.decode()
+    assert "gate-banner" not in html and 'role="alert"' not in html
+
+
+def test_it_shows_the_rate_of_duplicate_deliveries(client, auditor):
+    from ledger import services
+
+    make_job("a")
+    make_job("b")
+    services.claim_job(job_id="a", worker="w1")
+    services.claim_job(job_id="b", worker="w1")
+    for _ in range(3):  # redeliveries while the lease is live: refused and counted
+        with pytest.raises(services.ClaimRefused):
+            services.claim_job(job_id="a", worker="w2")
+    client.force_login(auditor)
+    html = client.get("/").content.decode()
+    assert 'data-figure="duplicates_recent">3<' in html
+    assert 'data-figure="duplicates_per_claim">1.50 <span class="muted figure-detail">(3 of 2)</span>' in html
+
+
+def test_without_claims_there_is_no_rate(client, auditor):
+    client.force_login(auditor)
+    html = client.get("/").content.decode()
+    assert 'data-figure="duplicates_recent">0<' in html
+    assert 'data-figure="duplicates_per_claim"><span class="muted">no claims</span>' in html

@@ -218,3 +218,25 @@ def test_the_bulk_form_and_checkboxes_are_for_operators_only(client, auditor, op
     client.force_login(operator)
     html = client.get("/queue/").content.decode()
     assert 'id="bulk-form"' in html and f'value="{latest_version("vault-1")}:vault-1"' in html
+
+
+def test_it_shows_each_jobs_duplicate_deliveries(client, auditor, django_assert_max_num_queries):
+    from ledger import services
+    from tests.console.conftest import INVOICE
+
+    make_job("inv-dup", action="billing.create_invoice", payload=INVOICE)
+    lease = services.claim_job(job_id="inv-dup", worker="worker-a")
+    for _ in range(2):  # redelivered while the lease is live
+        with pytest.raises(services.ClaimRefused, match="duplicate delivery"):
+            services.claim_job(job_id="inv-dup", worker="worker-b")
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="connection dropped")
+    make_unknown_job("inv-plain")
+    client.force_login(auditor)
+    with django_assert_max_num_queries(6):  # as for any page: the counter is a column, no query per row
+        html = client.get("/queue/?tab=reconciling").content.decode()
+    assert '<th scope="col" class="num">Duplicate deliveries</th>' in html
+    rows = dict(
+        re.findall(r'<tr data-job="([^"]+)">.*?<td class="num" data-duplicates>(\d+)</td>', html, re.S)
+    )
+    assert rows == {"inv-dup": "2", "inv-plain": "0"}
