@@ -137,6 +137,10 @@ def reconcile_job(*, job_id: str) -> Decision:
         finding = import_string(action.reconciler)(job, attempt)
     except Exception as exc:  # a broken reconciler proves nothing either
         finding = Finding(Outcome.UNAVAILABLE, f"reconciler raised {type(exc).__name__}: {exc}")
+    if finding.outcome == Outcome.NOT_FOUND and not finding.reason.strip():
+        # "Not found" must say why a replay is safe; a lookup that cannot say so proves nothing.
+        finding = Finding(Outcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
+                          evidence=finding.evidence)
     duration_ms = int((time.monotonic() - started) * 1000)
     return _apply(job_id, attempt, finding, reconciler=action.reconciler, duration_ms=duration_ms)
 

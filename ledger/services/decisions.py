@@ -108,8 +108,26 @@ def mark_not_found(*, job_id: str, version: int, user, note: str) -> Attempt:
                 requested_by=user,
                 **_by(user),
                 reason=f"{user.get_username()} marked the effect not found: {note}",
+                evidence=_operator_evidence(job, attempt, user, note),
             )
     return attempt
+
+
+def _operator_evidence(job, attempt, user, note: str) -> dict:
+    """What the approver should see: who said "not found", on what, and what the lookups said."""
+    from reconciliation.models import ReconciliationCheck
+
+    checks = ReconciliationCheck.objects.filter(job=job).order_by("-id")[:5]
+    return {
+        "marked_not_found_by": user.get_username(),
+        "operator_note": note,
+        "attempt": attempt.number,
+        "attempt_error": attempt.error,
+        "reconciliation_checks": [
+            {"outcome": c.outcome, "reason": c.evidence.get("reason", ""), "checked_at": c.checked_at.isoformat()}
+            for c in checks
+        ],
+    }
 
 
 def escalate(*, job_id: str, version: int, user, note: str) -> Attempt:

@@ -60,6 +60,9 @@ def test_mark_not_found_on_an_irreversible_action_opens_an_approval_request(prov
     assert job.status == "awaiting_approval" and job.attempts.count() == 1
     request = ApprovalRequest.objects.get(job=job)
     assert request.requested_by == operator and "vault audit log" in request.reason
+    assert request.evidence["marked_not_found_by"] == operator.username
+    assert request.evidence["operator_note"] == "vault audit log shows no rotation"
+    assert request.evidence["attempt_error"] == "connection dropped after sending"
     assert_ledger_clean()
 
 
