@@ -160,9 +160,10 @@ class PostgresKilled(Scenario):
         world.kill_postgres()
         world.restart_postgres()
         if worker.process.poll() is not None:  # a cluster that died with its database is restarted
-            world.worker(f"{self.name}-{result.run}-again", workers=2)
+            worker = world.worker(f"{self.name}-{result.run}-again", workers=2)
         result.recover_seconds = recover(job_ids, timeout=self.recover_timeout)
         world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
+        world.stop_workers()
         return job_ids
 
 
@@ -186,6 +187,7 @@ class RandomKills(Scenario):
         world.worker(f"{self.name}-{result.run}-survivor", workers=2)
         result.recover_seconds = recover(job_ids, timeout=self.recover_timeout)
         world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
+        world.stop_workers()
         return job_ids
 
 
@@ -215,9 +217,10 @@ class StateStoreRestore(Scenario):
         # The restored ledger believes the queued jobs never ran; their tasks are queued again.
         started = time.monotonic()
         call_command("recover", verbosity=0, stdout=io.StringIO())
-        world.worker(f"{prefix}-after", workers=2)
+        after = world.worker(f"{prefix}-after", workers=2)
         recover(done + queued, timeout=self.recover_timeout)
         result.recover_seconds = time.monotonic() - started
+        after.stop()  # no worker of this run may outlive it (the next run restores under it)
         return done + queued
 
 

@@ -68,6 +68,7 @@ class World:
     # Short leases and a short django-q2 retry, so recovery happens in seconds, not minutes.
     LEASE_TTL = 2.0
     Q_TIMEOUT, Q_RETRY = 6, 8
+    REDISPATCH_AFTER = 5.0
 
     def __init__(self, workdir: Path | None = None):
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="reckon-chaos-"))
@@ -91,6 +92,7 @@ class World:
         for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT"):
             setattr(settings, f"RECKON_{name}_URL", self.sandbox.url)
         settings.RECKON_DISPATCH = True
+        settings.RECKON_REDISPATCH_AFTER_S = self.REDISPATCH_AFTER
         return self
 
     def _point_django_here(self) -> None:
@@ -107,6 +109,7 @@ class World:
             "RECKON_Q_TIMEOUT": str(self.Q_TIMEOUT),
             "RECKON_Q_RETRY": str(self.Q_RETRY),
             "RECKON_FAULT_DIR": str(self.faults_dir),
+            "RECKON_REDISPATCH_AFTER_S": str(self.REDISPATCH_AFTER),
         }
 
     def worker(self, name: str, *, fault_point: str | None = None, jobs: str = "", workers: int = 1,

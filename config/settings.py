@@ -165,7 +165,8 @@ Q_CLUSTER = {
     "queue_limit": 4,
     "bulk": 1,
     "catch_up": False,
-    "ack_failures": True,
+    # A task that raised (the database was down) is not acknowledged: django-q2 delivers it again.
+    "ack_failures": False,
     "save_limit": 1000,
     "poll": 0.2,
     "label": "Tasks",
@@ -184,6 +185,8 @@ RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
 # The dead-man gate: irreversible side effects wait while the sweeper or the reconciler has not
 # completed a pass within this many seconds (0 disables the gate).
 RECKON_GATE_BOUND_S = float(os.environ.get("RECKON_GATE_BOUND_S", "120"))
+# Queued work unclaimed this long is dispatched again by the sweeper (its delivery was lost).
+RECKON_REDISPATCH_AFTER_S = float(os.environ.get("RECKON_REDISPATCH_AFTER_S", "120"))
 # Dispatch run_job to django-q2 when a job is enqueued or reopened.
 RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
+from django.db.models.functions import Now
 
 from ledger.gate import record_pass
 from ledger.models import Attempt, Job
 from ledger.services.core import (
     ClockTimestamp,
+    dispatch_run,
     latest_attempt,
     lock_job,
     open_next_attempt,
+    record_event,
+    snapshot,
     transition,
 )
 from ledger.states import ActorType, Delivery, Execution, JobStatus, SideEffect
@@ -23,10 +30,11 @@ class SweepResult:
     reclaimed: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     exhausted: list[str] = field(default_factory=list)
+    redispatched: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.reclaimed) + len(self.unknown) + len(self.exhausted)
+        return len(self.reclaimed) + len(self.unknown) + len(self.exhausted) + len(self.redispatched)
 
 
 def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> SweepResult:
@@ -53,8 +61,41 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
                 result.exhausted.append(job_id)
             else:
                 result.reclaimed.append(job_id)
+    result.redispatched = redispatch_stranded_jobs(limit=limit, actor=actor)
     record_pass("sweeper")  # a completed pass keeps the dead-man gate open
     return result
+
+
+def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") -> list[str]:
+    """Queued work whose delivery was lost (a task that failed while the database was down, a
+    dispatch that never left a crashed process) is handed to the workers again.
+
+    A job counts as stranded when it has been pending, unclaimed, for RECKON_REDISPATCH_AFTER_S.
+    A second delivery of a job that was not stranded is harmless: the claim refuses it.
+    """
+    stale = ExpressionWrapper(
+        ClockTimestamp() - Value(timedelta(seconds=settings.RECKON_REDISPATCH_AFTER_S), DurationField()),
+        output_field=DateTimeField(),
+    )
+    candidates = list(
+        Job.objects.filter(status=JobStatus.PENDING, updated_at__lt=stale, gated_at__isnull=True,
+                           recovery_pending=False)
+        .order_by("updated_at").values_list("job_id", flat=True)[:limit]
+    )
+    redispatched = []
+    for job_id in candidates:
+        with transaction.atomic():
+            job = lock_job(job_id=job_id, skip_locked=True)
+            if job is None or job.status != JobStatus.PENDING or job.gated_at or job.recovery_pending:
+                continue
+            attempt = latest_attempt(job)
+            Job.objects.filter(pk=job.pk).update(updated_at=Now())  # once per threshold, not per pass
+            record_event(job, attempt, actor_type=ActorType.SYSTEM, actor=actor, kind="redispatched",
+                         before=snapshot(job, attempt), after=snapshot(job, attempt),
+                         note="queued work with no delivery in sight: dispatched to the workers again")
+            dispatch_run(job)
+            redispatched.append(job_id)
+    return redispatched
 
 
 def expire_lease(

@@ -61,3 +61,20 @@ def test_the_sweep_command_prints_what_it_did(capsys):
     expire_lease("d")
     call_command("sweep_leases")
     assert "swept 1 expired lease(s)" in capsys.readouterr().out
+
+
+def test_queued_work_whose_delivery_was_lost_is_dispatched_again(settings, django_capture_on_commit_callbacks):
+    from django.db import connection
+
+    make_job("lost-task")  # enqueued, but its run_job task is gone (failed while the database was down)
+    make_job("fresh")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE ledger_job SET updated_at = clock_timestamp() - interval '10 minutes' "
+                       "WHERE job_id = 'lost-task'")
+    settings.RECKON_DISPATCH = True
+    with django_capture_on_commit_callbacks() as dispatched:
+        result = services.sweep_expired_leases()
+    assert result.redispatched == ["lost-task"]
+    assert len(dispatched) == 1
+    assert event_kinds("lost-task")[-1] == "redispatched"
+    assert services.sweep_expired_leases().redispatched == []  # once per threshold, not every pass

@@ -23,7 +23,7 @@ class Command(BaseCommand):
                     f"swept {result.total} expired lease(s) in "
                     f"{(time.monotonic() - started) * 1000:.1f} ms: "
                     f"{len(result.reclaimed)} reclaimed, {len(result.unknown)} unknown, "
-                    f"{len(result.exhausted)} exhausted"
+                    f"{len(result.exhausted)} exhausted, {len(result.redispatched)} stranded jobs redispatched"
                 )
             if not loop:
                 return
