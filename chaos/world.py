@@ -70,8 +70,8 @@ class World:
     Q_TIMEOUT, Q_RETRY = 6, 8
     REDISPATCH_AFTER = 5.0
 
-    def __init__(self, workdir: Path | None = None):
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="reckon-chaos-"))
+    def __init__(self, workdir: Path | None = None, *, prefix: str = "reckon-chaos-"):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=prefix))
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o755)  # the postgres user must reach the cluster folder
         self.cluster = Cluster(self.workdir / "pg", free_port())

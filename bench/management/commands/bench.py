@@ -36,7 +36,7 @@ class Command(BaseCommand):
         seconds = seconds or (1.5 if quick else 10)
         small, queued = (2_000, 1_000) if quick else (10_000, 10_000)
         large = large or (20_000 if quick else 1_000_000)
-        world = World().start()
+        world = World(prefix="reckon-bench-").start()
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                   "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         try:
