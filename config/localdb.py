@@ -119,6 +119,11 @@ class Cluster:
             if not (self.data / "PG_VERSION").exists():
                 initdb = [str(bindir / "initdb"), "-D", str(self.data), "-U", DB_USER, "-A", "trust"]
                 _run(prefix + initdb + ["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], "initdb")
+            if _accepting(self.port) and not (self.data / "postmaster.pid").exists():
+                raise LocalDatabaseError(
+                    f"port {self.port} is taken by a PostgreSQL that is not this checkout's cluster "
+                    f"({self.data}); stop it, or set RECKON_PG_PORT to a free port"
+                )
             if not _accepting(self.port):
                 self.start()
             _ensure_database(self.port, database)

@@ -1,5 +1,6 @@
 import json
 import logging
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +32,7 @@ class Command(BaseCommand):
         if runs_per_point < 1:
             raise CommandError("--runs-per-point must be at least 1")
         names = scenario or list(SCENARIOS)
+        signal.signal(signal.SIGTERM, _interrupted)  # stop like Ctrl-C: the finally below tears the world down
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one line per enqueue drowns the table
         world = World().start()
         self.stdout.write(f"scratch world in {world.workdir} (PostgreSQL on port {world.cluster.port}, "
@@ -98,3 +100,7 @@ def table(rows: list[dict]) -> str:
                      f"{r['lost_jobs']:>5} {r['stale_writes_accepted']:>6} "
                      f"{r['recover_median_s']:>8.1f} / {r['recover_max_s']:<7.1f}")
     return "\n".join(lines)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
