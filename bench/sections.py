@@ -85,10 +85,10 @@ def end_to_end(world: World, *, jobs: int) -> dict:
 
     worker = world.worker("bench-e2e", workers=2)
     try:
-        rss_start = _worker_rss(worker.process.pid)
         async_task("bench.tasks.warm_up")
         wait_until(lambda: Success.objects.filter(func="bench.tasks.warm_up").exists(), timeout=60,
                    what="the cluster to warm up")
+        rss_start = _worker_rss(worker.process.pid)  # after warm-up: Django and the task code are loaded
         started = time.monotonic()
         for n in range(jobs):
             async_task("bench.tasks.bare_send", f"bare-{n}")
