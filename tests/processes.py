@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,10 @@ def wait_for(condition: Callable[[], object], *, timeout: float = 30.0, interval
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message}")
-        time.sleep(interval)
+        _POLL.wait(interval)  # the polling interval of this bounded wait (the event is never set)
+
+
+_POLL = threading.Event()
 
 
 def database_url_of_tests() -> str:
