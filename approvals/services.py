@@ -23,6 +23,7 @@ from ledger.services.core import (
     lock_job,
     open_next_attempt,
     record_event,
+    record_unchanged,
     set_job_status,
     snapshot,
 )
@@ -116,14 +117,12 @@ def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
                 f"is not {request.payload_digest[:12]}…); request approval again"
             )
         _decide(request, ApprovalStatus.APPROVED, user=user, note=note, at=job.db_now)
-        record_event(
+        record_unchanged(
             job,
             attempt,
             actor_type=ActorType.APPROVER,
             actor=user.get_username(),
             kind="approval_granted",
-            before=snapshot(job, attempt),
-            after=snapshot(job, attempt),
             note=note,
             evidence={"approval_request": request.pk, "payload_digest": digest},
         )

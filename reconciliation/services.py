@@ -30,8 +30,7 @@ from ledger.services.core import (
     latest_attempt,
     lock_job,
     open_next_attempt,
-    record_event,
-    snapshot,
+    record_unchanged,
     transition,
 )
 from ledger.states import FINISHED_JOB, ActorType, Execution, JobStatus, SideEffect
@@ -201,14 +200,12 @@ def _apply(
 
 def _not_found(job: Job, attempt: Attempt, finding: Finding, evidence: dict, *, probe: bool) -> Decision:
     if probe:
-        record_event(
+        record_unchanged(
             job,
             attempt,
             actor_type=ActorType.RECONCILER,
             actor=ACTOR,
             kind="recovery_released",
-            before=snapshot(job, attempt),
-            after=snapshot(job, attempt),
             note=f"released for work: {finding.reason}",
             evidence=evidence,
         )
@@ -255,14 +252,12 @@ def _back_off(job: Job, attempt: Attempt, finding: Finding, evidence: dict, *, p
     delay = backoff_seconds(count)
     next_check_at = job.db_now + timedelta(seconds=delay)
     Job.objects.filter(pk=job.pk).update(check_count=count, next_check_at=next_check_at)
-    record_event(
+    record_unchanged(
         job,
         attempt,
         actor_type=ActorType.RECONCILER,
         actor=ACTOR,
         kind="reconciliation_unavailable",
-        before=snapshot(job, attempt),
-        after=snapshot(job, attempt),
         note=f"{finding.reason}; next look in {delay:.1f} s",
         evidence={**evidence, "check_count": count, "next_check_at": next_check_at.isoformat()},
     )
@@ -348,14 +343,12 @@ def hold_for_recovery(*, window_minutes: int, actor: str = "recover") -> Recover
             attempt = latest_attempt(job)
             Job.objects.filter(pk=job.pk).update(recovery_pending=True, next_check_at=None, check_count=0)
             job.recovery_pending = True
-            record_event(
+            record_unchanged(
                 job,
                 attempt,
                 actor_type=ActorType.SYSTEM,
                 actor=actor,
                 kind="recovery_started",
-                before=snapshot(job, attempt),
-                after=snapshot(job, attempt),
                 note=(
                     "the ledger was restored from a backup: no new side effect of this job until "
                     "reconciliation has looked it up at the provider"

@@ -174,6 +174,12 @@ def record_event(
     )
 
 
+def record_unchanged(job: Job, attempt: Attempt | None, **event) -> LedgerEvent:
+    """An event that changes nothing (a refusal, a signal, a note): before and after are the same."""
+    state = snapshot(job, attempt)
+    return record_event(job, attempt, before=state, after=state, **event)
+
+
 def dispatch_run(job: Job) -> None:
     """Hand the job to a django-q2 worker once this transaction has committed."""
     if settings.RECKON_DISPATCH:

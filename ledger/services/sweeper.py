@@ -18,8 +18,7 @@ from ledger.services.core import (
     latest_attempt,
     lock_job,
     open_next_attempt,
-    record_event,
-    snapshot,
+    record_unchanged,
     transition,
 )
 from ledger.states import ActorType, Delivery, Execution, JobStatus, SideEffect
@@ -90,8 +89,7 @@ def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") 
                 continue
             attempt = latest_attempt(job)
             Job.objects.filter(pk=job.pk).update(updated_at=Now())  # once per threshold, not per pass
-            record_event(job, attempt, actor_type=ActorType.SYSTEM, actor=actor, kind="redispatched",
-                         before=snapshot(job, attempt), after=snapshot(job, attempt),
+            record_unchanged(job, attempt, actor_type=ActorType.SYSTEM, actor=actor, kind="redispatched",
                          note="queued work with no delivery in sight: dispatched to the workers again")
             dispatch_run(job)
             redispatched.append(job_id)

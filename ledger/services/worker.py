@@ -25,9 +25,8 @@ from ledger.services.core import (
     latest_attempt,
     lock_job,
     open_next_attempt,
-    record_event,
+    record_unchanged,
     set_job_status,
-    snapshot,
     transition,
 )
 from ledger.services.jobs import json_object
@@ -59,14 +58,12 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
             Job.objects.filter(pk=job.pk).update(duplicate_deliveries=F("duplicate_deliveries") + 1)
-            record_event(
+            record_unchanged(
                 job,
                 attempt,
                 actor_type=ActorType.WORKER,
                 actor=worker,
                 kind="duplicate_delivery",
-                before=snapshot(job, attempt),
-                after=snapshot(job, attempt),
                 note=str(refusal),
                 evidence={"reason": "job_finished" if not live_lease else "live_lease"},
             )
@@ -99,14 +96,12 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimR
         reason, message = "attempt_blocked", f"attempt {attempt.number} is blocked: {attempt.error}"
     else:
         reason, message = "not_claimable", f"job is {job.status}; no attempt is queued"
-    record_event(
+    record_unchanged(
         job,
         attempt,
         actor_type=ActorType.WORKER,
         actor=worker,
         kind="claim_refused",
-        before=snapshot(job, attempt),
-        after=snapshot(job, attempt),
         note=message,
         evidence={"reason": reason},
     )
@@ -145,14 +140,12 @@ def renew_lease(*, lease: Lease) -> Lease:
                 lease_expires_at=expires, heartbeat_at=job.db_now, updated_at=Now()
             )
             attempt.lease_expires_at, attempt.heartbeat_at = expires, job.db_now
-            record_event(
+            record_unchanged(
                 job,
                 attempt,
                 actor_type=ActorType.WORKER,
                 actor=lease.owner,
                 kind="lease_renewed",
-                before=snapshot(job, attempt),
-                after=snapshot(job, attempt),
                 evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()},
             )
     if stale:
@@ -363,14 +356,12 @@ def _held(
         + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
         + f"; the job's latest fencing token is {job.lease_seq}"
     )
-    record_event(
+    record_unchanged(
         job,
         attempt,
         actor_type=ActorType.WORKER,
         actor=lease.owner,
         kind="late_write_rejected",
-        before=snapshot(job, attempt),
-        after=snapshot(job, attempt),
         note=note,
         evidence={
             "operation": operation,
