@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
+from psycopg.types.json import Jsonb
 
-from ledger.actions import get_action
+from ledger.actions import get_action, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
 from ledger.services.core import (
@@ -41,6 +43,9 @@ RECOVERY_REFUSAL = (
 
 def claim_job(*, job_id: str, worker: str) -> Lease:
     """Lease the job's queued attempt for `worker`, with the next fencing token."""
+    attempt = _one_round_trip("reckon_claim", job_id, worker, _ungated_actions())
+    if attempt is not None:
+        return _lease_of(Job(job_id=job_id), attempt)
     refusal: ClaimRefused | None = None
     with transaction.atomic():
         job = lock_job(job_id=job_id)
@@ -207,6 +212,11 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
 
 def begin_side_effect(*, lease: Lease) -> Attempt:
     """Compare-and-set to `submitted`: only after this may the caller touch the outside world."""
+    attempt = _one_round_trip(
+        "reckon_begin", lease.job_id, lease.attempt_id, lease.owner, lease.token, _ungated_actions()
+    )
+    if attempt is not None:
+        return attempt
     held = ""
     with transaction.atomic():
         job, attempt, stale = _held(lease, "begin_side_effect", require_unexpired=True)
@@ -236,6 +246,38 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
     return attempt
 
 
+def _one_round_trip(function: str, *args) -> Attempt | None:
+    """The ordinary case of a step, done by its database function (migration 0005) in one round trip.
+
+    The function locks the job, checks exactly what the Python path checks for this case, and
+    writes the attempt, the job and the event; it returns the changed attempt. Anything else
+    (a refusal, a stale lease, an expired lease to reclaim, the gate, recovery) changes nothing
+    and returns no row, and the caller goes on with the general path, which records it.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {function}({', '.join(['%s'] * len(args))})", args)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        values = dict(zip((column.name for column in cursor.description), row, strict=True))
+    attempt = Attempt(**{f.attname: values[f.column] for f in Attempt._meta.concrete_fields})
+    attempt.observed_identity = Attempt._meta.get_field("observed_identity").from_db_value(
+        values["observed_identity"], None, connection
+    )
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return attempt
+
+
+def _ungated_actions() -> Jsonb:
+    """Actions the dead-man gate never holds, with their lease TTLs: the fast path takes only these."""
+    gated = bool(settings.RECKON_GATE_BOUND_S)
+    return Jsonb({
+        action.name: action.lease_ttl.total_seconds()
+        for action in registered_actions()
+        if action.reversible or not gated
+    })
+
+
 def _gate_for(job: Job):
     """The gate only holds irreversible actions; reversible work never asks it."""
     if get_action(job.action).reversible:
@@ -244,6 +286,12 @@ def _gate_for(job: Job):
 
 
 def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None = None) -> Attempt:
+    attempt = _one_round_trip(
+        "reckon_succeed", lease.job_id, lease.attempt_id, lease.owner, lease.token, result_ref,
+        Jsonb(evidence or {}),
+    )
+    if attempt is not None:
+        return attempt
     return _record_result(lease, "record_success", evidence, result_ref=result_ref)
 
 
