@@ -22,8 +22,12 @@ EVENT = (
     + ", '', {evidence}, '', '');"
 )
 
+# A claim need not be durable when it is its own transaction (p_own_transaction): if a crash
+# loses it, the worker's next step (a compare-and-set on owner and token) is refused, and that
+# step's synchronous commit flushes the WAL up to and including the claim. So the claim commits
+# without waiting for the WAL flush; begin side effect and every result still wait for it.
 CLAIM = f"""
-CREATE OR REPLACE FUNCTION reckon_claim(p_job text, p_worker text, p_ttls jsonb)
+CREATE OR REPLACE FUNCTION reckon_claim(p_job text, p_worker text, p_ttls jsonb, p_own_transaction boolean)
 RETURNS SETOF ledger_attempt LANGUAGE plpgsql AS $$
 DECLARE
     j ledger_job%ROWTYPE;
@@ -43,6 +47,9 @@ BEGIN
         RETURN;
     END IF;
     token := j.lease_seq + 1;
+    IF p_own_transaction THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     before := {SNAPSHOT.format(status="j.status")};
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
         delivery_state = 'leased', execution_state = 'running', lease_owner = p_worker, lease_token = token,
@@ -118,7 +125,7 @@ END $$;
 """
 
 DROP = [
-    "DROP FUNCTION IF EXISTS reckon_claim(text, text, jsonb)",
+    "DROP FUNCTION IF EXISTS reckon_claim(text, text, jsonb, boolean)",
     "DROP FUNCTION IF EXISTS reckon_begin(text, bigint, text, bigint, jsonb)",
     "DROP FUNCTION IF EXISTS reckon_succeed(text, bigint, text, bigint, text, jsonb)",
 ]

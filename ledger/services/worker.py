@@ -43,7 +43,7 @@ RECOVERY_REFUSAL = (
 
 def claim_job(*, job_id: str, worker: str) -> Lease:
     """Lease the job's queued attempt for `worker`, with the next fencing token."""
-    attempt = _one_round_trip("reckon_claim", job_id, worker, _ungated_actions())
+    attempt = _one_round_trip("reckon_claim", job_id, worker, _ungated_actions(), not connection.in_atomic_block)
     if attempt is not None:
         return _lease_of(Job(job_id=job_id), attempt)
     refusal: ClaimRefused | None = None

@@ -83,23 +83,23 @@ def test_the_functions_decline_every_case_the_general_path_must_decide():
     make_job("j")
     actions = worker._ungated_actions()
     unchanged = _ledger_state()
-    assert _call("reckon_claim", "nope", "w1", actions) == []  # no such job
-    assert _call("reckon_claim", "j", "w1", worker.Jsonb({})) == []  # an action the gate may hold
+    assert _call("reckon_claim", "nope", "w1", actions, False) == []  # no such job
+    assert _call("reckon_claim", "j", "w1", worker.Jsonb({}), False) == []  # an action the gate may hold
     Job.objects.filter(job_id="j").update(recovery_pending=True)
-    assert _call("reckon_claim", "j", "w1", actions) == []  # under recovery after a restore
+    assert _call("reckon_claim", "j", "w1", actions, False) == []  # under recovery after a restore
     Job.objects.filter(job_id="j").update(recovery_pending=False)
     unchanged = _ledger_state()
 
     lease = services.claim_job(job_id="j", worker="w1")
     unchanged = _ledger_state()
-    assert _call("reckon_claim", "j", "w2", actions) == []  # a live lease: a duplicate delivery
+    assert _call("reckon_claim", "j", "w2", actions, False) == []  # a live lease: a duplicate delivery
     assert _call("reckon_begin", "j", lease.attempt_id, "w2", lease.token, actions) == []  # not the owner
     assert _call("reckon_begin", "j", lease.attempt_id, "w1", lease.token + 1, actions) == []  # not the token
     assert _call("reckon_succeed", "j", lease.attempt_id, "w1", lease.token, "r", worker.Jsonb({})) == []  # not begun
     expire_lease("j")
     unchanged = _ledger_state()
     assert _call("reckon_begin", "j", lease.attempt_id, "w1", lease.token, actions) == []  # lease expired
-    assert _call("reckon_claim", "j", "w2", actions) == []  # an expired lease is reclaimed by the general path
+    assert _call("reckon_claim", "j", "w2", actions, False) == []  # an expired lease is reclaimed by the general path
     assert _ledger_state() == unchanged
 
     relet = services.claim_job(job_id="j", worker="w2")  # general path: dead-letters attempt 1, leases 2
@@ -134,3 +134,15 @@ def test_irreversible_work_asks_the_gate_on_the_general_path(settings):
     with pytest.raises(services.ClaimRefused) as refused:
         services.claim_job(job_id="rot", worker="w1")
     assert refused.value.reason == "dead_man_gate"
+
+
+def test_a_claim_inside_a_larger_transaction_leaves_that_transaction_durable():
+    """Only a claim that is its own transaction commits without waiting for the WAL flush."""
+    make_job("j")
+    services.claim_job(job_id="j", worker="w1")  # the test runs inside a transaction
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        assert cursor.fetchone()[0] == "on"
+        cursor.execute("SELECT * FROM reckon_claim('nope', 'w', '{}'::jsonb, true)")  # declines before any change
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        assert cursor.fetchone()[0] == "on"
