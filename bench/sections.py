@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -24,6 +25,7 @@ from ledger.providers import call
 
 def _cycle_worker(job_ids: list[str], seconds: float, queue) -> None:
     connections.close_all()  # a forked child must open its own connection
+    settings.DEBUG = False  # as in production: no query log kept per statement
     worker = f"bench-{multiprocessing.current_process().pid}"
     done, started = 0, time.monotonic()
     for job_id in job_ids:
