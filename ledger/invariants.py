@@ -142,7 +142,7 @@ CHECKS: list[tuple[str, str, str]] = [
     (
         "history_not_protected",
         "the append-only or hash-chain trigger on the event table is missing or disabled",
-        """SELECT name FROM (VALUES ('pgtrigger_append_only_'), ('pgtrigger_hash_chain_')) AS t(name)
+        """SELECT name FROM (VALUES ('pgtrigger_append_only_'), ('reckon_hash_chain')) AS t(name)
         WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'ledger_ledgerevent'::regclass
                             AND starts_with(tgname, t.name) AND tgenabled <> 'D')""",
     ),
