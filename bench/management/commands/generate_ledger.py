@@ -22,7 +22,8 @@ class Command(BaseCommand):
         made = generate(attempts=attempts, queued=queued, prefix=prefix)
         elapsed = time.monotonic() - started
         self.stdout.write(f"generated {made.jobs} jobs, {made.attempts} attempts, {made.events} events "
-                          f"({made.queued} in the queue) in {elapsed:.1f} s = {made.attempts / elapsed:,.0f} attempts/s")
+                          f"({made.queued} in the queue) in {elapsed:.1f} s = {made.attempts / elapsed:,.0f} attempts/s "
+                          f"({', '.join(f'{name} {seconds} s' for name, seconds in made.phases.items())})")
         if check:
             broken = [f for f in find_violations() if f.count]
             if broken:
