@@ -162,60 +162,182 @@ def reconciliation(world: World, *, jobs: int) -> dict:
 PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/")
 
 
-def console_pages(*, repeats: int) -> list[dict]:
+def _console_client() -> tuple[Client, str]:
+    """A logged-in console client, and the job whose page is measured (the oldest needing an operator)."""
     from django.contrib.auth.models import User
 
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True, "is_staff": True})
     client = Client()
     client.force_login(user)
     job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
-    rows = []
-    for page in PAGES:
-        url = page.format(job_id=job_id)
-        timings, queries, status = [], 0, None
-        for _ in range(repeats):
-            with CaptureQueriesContext(connection) as captured:
-                started = time.perf_counter()
-                response = client.get(url)
-                timings.append((time.perf_counter() - started) * 1000)
-            status, queries = response.status_code, len(captured.captured_queries)
-        timings.sort()
-        rows.append({"page": page, "status": status, "median_ms": round(statistics.median(timings), 1),
-                     "p95_ms": round(timings[int(len(timings) * 0.95) - 1], 1), "queries": queries})
-    return rows
+    return client, job_id
 
 
-def selection_cost(*, repeats: int) -> list[dict]:
+def _page_probe(client: Client, url: str):
+    def probe() -> tuple[float, dict]:
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            response = client.get(url)
+            elapsed = (time.perf_counter() - started) * 1000
+        return elapsed, {"status": response.status_code, "queries": len(captured.captured_queries)}
+    return probe
+
+
+def _selection_queries() -> dict:
     from ledger.models import Attempt
     from ledger.services import ClockTimestamp
     from reconciliation.services import _due
 
-    queries = {
+    return {
         "sweeper": Attempt.objects.filter(execution_state="running", lease_expires_at__lt=ClockTimestamp())
         .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:500],
         "reconciler": Job.objects.filter(_due()).order_by("next_check_at", "pk").values_list("pk", "job_id")[:100],
     }
-    rows = []
-    for name, query in queries.items():
+
+
+def _selection_probe(query):
+    def probe() -> tuple[float, dict]:
         sql, params = query.query.sql_with_params()
         with connection.cursor() as cursor:
-            timings = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                cursor.execute(sql, params)
-                cursor.fetchall()
-                timings.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            cursor.execute(sql, params)
+            cursor.fetchall()
+            elapsed = (time.perf_counter() - started) * 1000
             cursor.execute("EXPLAIN " + sql, params)
             plan = "\n".join(row[0] for row in cursor.fetchall())
-        rows.append({"query": name, "median_ms": round(statistics.median(timings), 3),
-                     "seq_scan": "Seq Scan on ledger" in plan, "plan": plan})
+        return elapsed, {"seq_scan": "Seq Scan on ledger" in plan, "plan": plan}
+    return probe
+
+
+def _summary(timings: list[float], digits: int) -> dict:
+    timings = sorted(timings)
+    return {"median_ms": round(statistics.median(timings), digits),
+            "p95_ms": round(timings[max(int(len(timings) * 0.95) - 1, 0)], digits)}
+
+
+def console_pages(*, repeats: int) -> list[dict]:
+    client, job_id = _console_client()
+    rows = []
+    for page in PAGES:
+        probe = _page_probe(client, page.format(job_id=job_id))
+        timings, facts = [], {}
+        for _ in range(repeats):
+            elapsed, facts = probe()
+            timings.append(elapsed)
+        rows.append({"page": page, **facts, **_summary(timings, 1)})
     return rows
 
 
+def selection_cost(*, repeats: int) -> list[dict]:
+    rows = []
+    for name, query in _selection_queries().items():
+        probe = _selection_probe(query)
+        timings, facts = [], {}
+        for _ in range(repeats):
+            elapsed, facts = probe()
+            timings.append(elapsed)
+        rows.append({"query": name, "median_ms": _summary(timings, 3)["median_ms"], **facts})
+    return rows
+
+
+def _side_by_side(probe_factory, databases: list, repeats: int) -> list[tuple[list[float], dict]]:
+    """The same probe on each database in turn, interleaved round by round (the order alternating),
+    so that load from elsewhere on the machine falls on both sides of the ratio alike."""
+    probes = []
+    for database in databases:
+        with _using(database):
+            probes.append(probe_factory())
+            probes[-1]()  # warm-up: plans, caches
+    timings = [[] for _ in databases]
+    facts = [{} for _ in databases]
+    for round_ in range(repeats):
+        order = range(len(databases)) if round_ % 2 == 0 else reversed(range(len(databases)))
+        for n in order:
+            with _using(databases[n]):
+                elapsed, facts[n] = probes[n]()
+            timings[n].append(elapsed)
+    return list(zip(timings, facts, strict=True))
+
+
+class _using:
+    """Point the default connection at another database wrapper for a while."""
+
+    def __init__(self, database):
+        self.database = database
+
+    def __enter__(self):
+        self.previous = connections["default"]
+        connections["default"] = self.database
+
+    def __exit__(self, *exc):
+        connections["default"] = self.previous
+
+
+def _wrapper(name: str):
+    """A connection to database `name` of the same cluster, with the default connection's settings."""
+    current = connections["default"]
+    return type(current)({**current.settings_dict, "NAME": name}, "default")
+
+
+def _clone_database(name: str):
+    """A copy of the default database as database `name` (CREATE DATABASE ... TEMPLATE); its wrapper."""
+    source = connection.settings_dict["NAME"]
+    connections.close_all()
+    admin = _wrapper("postgres")
+    try:
+        with admin.cursor() as cursor:
+            # Our own scratch cluster: nothing else may hold the template open (a copy needs that).
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [source])
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            cursor.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+    finally:
+        admin.close()
+    return _wrapper(name)
+
+
+def _drop_database(database) -> None:
+    name = database.settings_dict["NAME"]
+    database.close()
+    admin = _wrapper("postgres")
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    finally:
+        admin.close()
+
+
 def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
-    """The console and the selection queries with `small`, then `large` attempts in the ledger."""
+    """The console and the selection queries with `small`, then `large` attempts in the ledger.
+
+    The small history is generated, then copied to a second database where it grows to `large`
+    attempts (the same queue, the same job page); every page and query is then measured on both
+    databases alternately, so the ratio is measured side by side even on a loaded machine.
+    """
+    started = time.monotonic()
     generate(attempts=small, queued=queued, prefix="scale-a")
-    first = {"pages": console_pages(repeats=repeats), "selection": selection_cost(repeats=repeats)}
-    generate(attempts=large - small, queued=0, prefix="scale-b")
-    second = {"pages": console_pages(repeats=repeats), "selection": selection_cost(repeats=repeats)}
-    return {"small": small, "large": large, "queued": queued, "small_run": first, "large_run": second}
+    small_seconds = time.monotonic() - started
+    client, job_id = _console_client()  # the login session is copied along with the database
+    small_db = connections["default"]
+    large_db = _clone_database(f"{small_db.settings_dict['NAME']}_large")
+    try:
+        with _using(large_db):
+            started = time.monotonic()
+            grown = generate(attempts=large - small, queued=0, prefix="scale-b")
+            large_seconds = time.monotonic() - started
+        runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})
+        for page in PAGES:
+            url = page.format(job_id=job_id)
+            measured = _side_by_side(lambda url=url: _page_probe(client, url), [small_db, large_db], repeats)
+            for run, (timings, facts) in zip(runs, measured, strict=True):
+                run["pages"].append({"page": page, **facts, **_summary(timings, 1)})
+        for name in _selection_queries():
+            measured = _side_by_side(lambda name=name: _selection_probe(_selection_queries()[name]),
+                                     [small_db, large_db], repeats)
+            for run, (timings, facts) in zip(runs, measured, strict=True):
+                run["selection"].append({"query": name, "median_ms": _summary(timings, 3)["median_ms"], **facts})
+    finally:
+        _drop_database(large_db)
+    return {"small": small, "large": large, "queued": queued, "small_run": runs[0], "large_run": runs[1],
+            "generation": {"small_s": round(small_seconds, 1), "large_s": round(large_seconds, 1),
+                           "large_phases": grown.phases}}
