@@ -48,11 +48,40 @@ def _claimed_ref(attempt: Attempt, ref_field: str) -> str:
     """An object id the provider reported for this attempt (result_ref, or a 2xx in the evidence)."""
     if attempt.result_ref:
         return attempt.result_ref
-    for evidence in LedgerEvent.objects.filter(attempt=attempt).values_list("evidence", flat=True):
+    reported = getattr(attempt, REPORTED, None)
+    if reported is None:
+        reported = _reported_evidence([attempt])[attempt.pk]
+    for evidence in reported:
         status, body = evidence.get("status"), evidence.get("body")
         if isinstance(status, int) and 200 <= status < 300 and isinstance(body, dict) and body.get(ref_field):
             return str(body[ref_field])
     return ""
+
+
+# The attribute `prefetch_reported` sets on an attempt: its events' provider answers.
+REPORTED = "reported_evidence"
+
+
+def _reported_evidence(attempts: list[Attempt]) -> dict[int, list[dict]]:
+    found = {attempt.pk: [] for attempt in attempts}
+    rows = (
+        LedgerEvent.objects.filter(attempt__in=[a.pk for a in attempts], evidence__has_key="status")
+        .order_by("attempt_id", "id")
+        .values_list("attempt_id", "evidence")
+    )
+    for attempt_id, evidence in rows:
+        found[attempt_id].append(evidence)
+    return found
+
+
+def prefetch_reported(attempts: list[Attempt]) -> None:
+    """Read, in one query, what the provider reported to each attempt's worker (its events'
+    evidence), so that a reconciler can judge without touching the database: reconcilers run
+    in lookup threads, and a lookup thread must not need a database connection."""
+    by_pk = {a.pk: a for a in attempts if not a.result_ref}
+    if by_pk:
+        for attempt_id, reported in _reported_evidence(list(by_pk.values())).items():
+            setattr(by_pk[attempt_id], REPORTED, reported)
 
 
 def _differences(record: dict, expected: dict) -> dict:

@@ -6,6 +6,7 @@ never deadlock), and writes its LedgerEvent in the same transaction as the chang
 gets a clear exception.
 """
 
+from ledger.services.batch import Batch as Batch  # set-based transitions (reconciliation)
 from ledger.services.core import (
     ClaimRefused,
     ClockTimestamp,
