@@ -44,9 +44,9 @@ RECOVERY_REFUSAL = (
 
 def claim_job(*, job_id: str, worker: str) -> Lease:
     """Lease the job's queued attempt for `worker`, with the next fencing token."""
-    attempt = _one_round_trip("reckon_claim", job_id, worker, _ungated_actions(), not connection.in_atomic_block)
-    if attempt is not None:
-        return _lease_of(Job(job_id=job_id), attempt)
+    leased = _call_step("reckon_claim", LEASE_COLUMNS, job_id, worker, _ungated_actions(), not connection.in_atomic_block)
+    if leased is not None:
+        return Lease(job_id, *leased)
     refusal: ClaimRefused | None = None
     with transaction.atomic():
         job = lock_job(job_id=job_id)
@@ -254,15 +254,8 @@ def _one_round_trip(function: str, *args) -> Attempt | None:
     writes the attempt, the job and the event; it returns the changed attempt. Anything else
     (a refusal, a stale lease, an expired lease to reclaim, the gate, recovery) changes nothing
     and returns no row, and the caller goes on with the general path, which records it.
-
-    The call binds its parameters server-side, so psycopg prepares it after a few calls on a
-    connection: no parsing or planning per call, and no quoting of values in Python.
     """
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(f"SELECT {ATTEMPT_COLUMNS} FROM {function}({', '.join(['%s'] * len(args))})", args)
-        row = cursor.fetchone()
+    row = _call_step(function, ATTEMPT_COLUMNS, *args)
     if row is None:
         return None
     attempt = Attempt.from_db(connection.alias, ATTEMPT_FIELDS, row)
@@ -270,6 +263,18 @@ def _one_round_trip(function: str, *args) -> Attempt | None:
     return attempt
 
 
+def _call_step(function: str, columns: str, *args) -> tuple | None:
+    """SELECT columns FROM function(args), bound server-side: psycopg prepares it after a few
+    calls on a connection, so there is no parsing or planning per call and no quoting in Python."""
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
+        cursor.execute(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)
+        return cursor.fetchone()
+
+
+# What a claim returns: Lease's fields after job_id, in order.
+LEASE_COLUMNS = "id, number, lease_owner, lease_token, lease_expires_at"
 ATTEMPT_FIELDS = [field.attname for field in Attempt._meta.concrete_fields]
 ATTEMPT_COLUMNS = ", ".join(field.column for field in Attempt._meta.concrete_fields)
 OBSERVED_IDENTITY = Attempt._meta.get_field("observed_identity")
