@@ -27,7 +27,6 @@ from uuid import UUID
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import JSONField
-from django.utils import timezone
 
 from ledger.actions import get_action
 from ledger.models import Attempt, Job, LedgerEvent
@@ -343,12 +342,12 @@ def _update_from_values(model, *, match, names, rows, extra=(), set_sql=()) -> l
 
 
 def dispatch_runs(job_ids: list[str]) -> None:
-    """core.dispatch_run for many jobs: hand them to django-q2 workers as this transaction commits.
+    """core.dispatch_run for many jobs: hand them to django-q2 workers.
 
-    With django-q2's ORM broker on this database (Reckon's setup), the tasks are inserted into its
-    queue in this transaction, in one statement: they appear exactly when the change that calls
-    for them commits, and never without it. Any other broker, or a synchronous or cached
-    configuration, gets `async_task` per job once the transaction has committed.
+    With django-q2's ORM broker on this database (Reckon's setup), `async_task` writes its queue
+    row in this very transaction: the tasks appear exactly when the change that calls for them
+    commits, and never without it, with no commit of their own. Any other broker, or a
+    synchronous or cached configuration, gets `async_task` per job once the transaction commits.
     """
     if not job_ids or not settings.RECKON_DISPATCH:
         return
@@ -358,27 +357,9 @@ def dispatch_runs(job_ids: list[str]) -> None:
 
     from ledger.services.core import _enqueue_run
 
-    broker = get_broker()
-    if type(broker) is ORM and Conf.ORM == connection.alias and not (Conf.SYNC or Conf.CACHED):
-        insert_objects([_run_task_row(broker, job_id) for job_id in job_ids])
+    job_ids = list(job_ids)
+    if type(get_broker()) is ORM and Conf.ORM == connection.alias and not (Conf.SYNC or Conf.CACHED):
+        for job_id in job_ids:
+            _enqueue_run(job_id)
     else:
-        job_ids = list(job_ids)
         transaction.on_commit(lambda: [_enqueue_run(job_id) for job_id in job_ids])
-
-
-def _run_task_row(broker, job_id: str):
-    """The OrmQ row `async_task("ledger.tasks.run_job", job_id, task_name=...)` would insert."""
-    from django_q.conf import Conf
-    from django_q.humanhash import uuid
-    from django_q.models import OrmQ
-    from django_q.signals import pre_enqueue
-    from django_q.signing import SignedPackage
-
-    tag = uuid()
-    task = {"id": tag[1], "name": f"run_job:{job_id}"[:100], "func": "ledger.tasks.run_job", "args": (job_id,)}
-    if Conf.ACK_FAILURES:
-        task["ack_failure"] = Conf.ACK_FAILURES
-    task["kwargs"] = {}
-    task["started"] = timezone.now()
-    pre_enqueue.send(sender="django_q", task=task)
-    return OrmQ(key=broker.list_key or Conf.CLUSTER_NAME, payload=SignedPackage.dumps(task), lock=timezone.now())

@@ -14,7 +14,6 @@ from django.db import transaction
 from django.db.models import DateTimeField, F, Func
 from django.db.models.functions import Now
 
-from ledger.actions import get_action
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import JobStatus
 
@@ -199,36 +198,14 @@ def open_next_attempt(
     """Queue the next attempt with the same idempotency key, or fail the job when none is left.
 
     The caller holds the job lock and has already closed `previous` (no live attempt remains).
-    The new attempt is dispatched to a worker on commit, unless the caller leases it itself.
+    The new attempt is dispatched to a worker as this transaction commits, unless the caller
+    leases it itself. The rules live in `Batch.open_next_attempt`, which applies them to many jobs.
     """
-    action = get_action(job.action)
-    if previous.number >= action.max_attempts:
-        set_job_status(job, JobStatus.FAILED)
-        record_event(
-            job,
-            previous,
-            actor_type=actor_type,
-            actor=actor,
-            kind="attempts_exhausted",
-            before=snapshot(job, previous),
-            after=snapshot(job, previous),
-            note=f"all {action.max_attempts} attempts used; the job has failed",
-        )
-        return None
-    attempt = Attempt.objects.create(job=job, number=previous.number + 1)
-    before = {"job": job.status}
-    set_job_status(job, JobStatus.PENDING)
-    record_event(
-        job,
-        attempt,
-        actor_type=actor_type,
-        actor=actor,
-        kind="attempt_opened",
-        before=before,
-        after=snapshot(job, attempt),
-        note=note or f"attempt {attempt.number} queued with the same key",
-        evidence={"idempotency_key": job.idempotency_key, "previous_attempt": previous.number},
+    from ledger.services.batch import Batch  # the set-based form; a batch of one here
+
+    batch = Batch()
+    attempt = batch.open_next_attempt(
+        job, previous, actor=actor, actor_type=actor_type, note=note, dispatch=dispatch
     )
-    if dispatch:
-        dispatch_run(job)
+    batch.flush()
     return attempt
