@@ -1,9 +1,10 @@
 """The worker loop's three common steps as database functions: one round trip each.
 
 claim -> begin side effect -> record success is the ledger's hot path. Each function does what
-the Python transition does for the ordinary case (lock the job row, read the attempt in a new
-statement, compare-and-set the attempt, update the job, insert the event, all in the caller's
-transaction) and returns the changed attempt row. In any other case it changes nothing and
+the Python transition does for the ordinary case (lock the job row; then, in a new statement so
+it sees what the lock's previous holder wrote, compare-and-set the attempt on every condition the
+Python path checks; update the job; insert the event; all in the caller's transaction) and
+returns the changed attempt row. In any other case it changes nothing and
 returns no row; ledger.services.worker then runs the general Python path, which decides and
 records every refusal. Called only from ledger.services.worker.
 """
@@ -13,6 +14,12 @@ from django.db import migrations
 SNAPSHOT = (
     "jsonb_build_object('job', {status}, 'attempt', a.number, 'delivery', a.delivery_state, "
     "'execution', a.execution_state, 'side_effect', a.side_effect_state)"
+)
+
+# What the attempt was: pinned by the compare-and-set's conditions (and the consistency checks).
+BEFORE = (
+    "jsonb_build_object('job', {status}, 'attempt', a.number, 'delivery', '{delivery}', "
+    "'execution', '{execution}', 'side_effect', '{side_effect}')"
 )
 
 EVENT = (
@@ -42,19 +49,21 @@ BEGIN
         RETURN;
     END IF;
     now_ts := clock_timestamp();
-    SELECT * INTO a FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1;
-    IF NOT FOUND OR a.execution_state <> 'not_started' THEN
-        RETURN;
-    END IF;
     token := j.lease_seq + 1;
-    IF p_own_transaction THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
-    before := {SNAPSHOT.format(status="j.status")};
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
         delivery_state = 'leased', execution_state = 'running', lease_owner = p_worker, lease_token = token,
         lease_expires_at = now_ts + (p_ttls ->> j.action)::float8 * interval '1 second', heartbeat_at = now_ts
-    WHERE id = a.id RETURNING * INTO a;
+    WHERE id = (SELECT id FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1)
+      AND execution_state = 'not_started'
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_own_transaction THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    before := {BEFORE.format(status="j.status", delivery="queued", execution="not_started",
+                             side_effect="not_attempted")};
     UPDATE ledger_job SET status = 'running', updated_at = statement_timestamp(), lease_seq = token WHERE id = j.id;
     {EVENT.format(actor="p_worker", kind="claimed", status="'running'",
                   evidence="jsonb_build_object('fencing_token', token, 'lease_ttl_s', p_ttls -> j.action)")}
@@ -77,17 +86,17 @@ BEGIN
         RETURN;
     END IF;
     now_ts := clock_timestamp();
-    SELECT * INTO a FROM ledger_attempt WHERE id = p_attempt;
-    IF NOT FOUND OR a.job_id <> j.id OR a.execution_state <> 'running' OR a.lease_owner <> p_owner
-       OR a.lease_token IS DISTINCT FROM p_token OR a.lease_expires_at <= now_ts
-       OR a.side_effect_state <> 'not_attempted'
-       OR (j.identity IS NOT NULL AND j.identity <> '{{}}'::jsonb AND a.observed_identity IS NULL) THEN
-        RETURN;
-    END IF;
-    before := {SNAPSHOT.format(status="j.status")};
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
         side_effect_state = 'submitted', heartbeat_at = now_ts
-    WHERE id = a.id RETURNING * INTO a;
+    WHERE id = p_attempt AND job_id = j.id AND execution_state = 'running' AND lease_owner = p_owner
+      AND lease_token = p_token AND lease_expires_at > now_ts AND side_effect_state = 'not_attempted'
+      AND (j.identity IS NULL OR j.identity = '{{}}'::jsonb OR observed_identity IS NOT NULL)
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    before := {BEFORE.format(status="j.status", delivery="leased", execution="running",
+                             side_effect="not_attempted")};
     {EVENT.format(actor="p_owner", kind="side_effect_started", status="j.status",
                   evidence="jsonb_build_object('idempotency_key', j.idempotency_key)")}
     RETURN NEXT a;
@@ -108,16 +117,16 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT * INTO a FROM ledger_attempt WHERE id = p_attempt;
-    IF NOT FOUND OR a.job_id <> j.id OR a.execution_state <> 'running' OR a.lease_owner <> p_owner
-       OR a.lease_token IS DISTINCT FROM p_token OR a.side_effect_state <> 'submitted' THEN
-        RETURN;
-    END IF;
-    before := {SNAPSHOT.format(status="j.status")};
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
         delivery_state = 'acknowledged', execution_state = 'succeeded', side_effect_state = 'confirmed',
         result_ref = left(p_result_ref, 500)
-    WHERE id = a.id RETURNING * INTO a;
+    WHERE id = p_attempt AND job_id = j.id AND execution_state = 'running' AND lease_owner = p_owner
+      AND lease_token = p_token AND side_effect_state = 'submitted'
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    before := {BEFORE.format(status="j.status", delivery="leased", execution="running", side_effect="submitted")};
     UPDATE ledger_job SET status = 'succeeded', updated_at = statement_timestamp() WHERE id = j.id;
     {EVENT.format(actor="p_owner", kind="succeeded", status="'succeeded'", evidence="p_evidence")}
     RETURN NEXT a;
