@@ -344,10 +344,11 @@ def _update_from_values(model, *, match, names, rows, extra=(), set_sql=()) -> l
 def dispatch_runs(job_ids: list[str]) -> None:
     """core.dispatch_run for many jobs: hand them to django-q2 workers.
 
-    With django-q2's ORM broker on this database (Reckon's setup), `async_task` writes its queue
-    row in this very transaction: the tasks appear exactly when the change that calls for them
-    commits, and never without it, with no commit of their own. Any other broker, or a
-    synchronous or cached configuration, gets `async_task` per job once the transaction commits.
+    With django-q2's ORM broker on this database (Reckon's setup), the tasks (built and signed by
+    `async_task` itself) are written into its queue in this very transaction, in one INSERT:
+    they appear exactly when the change that calls for them commits, and never without it. Any
+    other broker, or a synchronous or cached configuration, gets `async_task` per job once the
+    transaction has committed.
     """
     if not job_ids or not settings.RECKON_DISPATCH:
         return
@@ -355,11 +356,15 @@ def dispatch_runs(job_ids: list[str]) -> None:
     from django_q.brokers.orm import ORM
     from django_q.conf import Conf
 
+    from ledger.queueing import CollectingBroker
     from ledger.services.core import _enqueue_run
 
     job_ids = list(job_ids)
-    if type(get_broker()) is ORM and Conf.ORM == connection.alias and not (Conf.SYNC or Conf.CACHED):
+    broker = get_broker()
+    if type(broker) is ORM and Conf.ORM == connection.alias and not (Conf.SYNC or Conf.CACHED):
+        collected = CollectingBroker(broker.list_key)
         for job_id in job_ids:
-            _enqueue_run(job_id)
+            _enqueue_run(job_id, broker=collected)
+        collected.write()
     else:
         transaction.on_commit(lambda: [_enqueue_run(job_id) for job_id in job_ids])

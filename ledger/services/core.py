@@ -186,10 +186,10 @@ def dispatch_run(job: Job) -> None:
         transaction.on_commit(lambda: _enqueue_run(job_id))
 
 
-def _enqueue_run(job_id: str) -> None:
+def _enqueue_run(job_id: str, **options) -> None:
     from django_q.tasks import async_task
 
-    async_task("ledger.tasks.run_job", job_id, task_name=f"run_job:{job_id}"[:100])
+    async_task("ledger.tasks.run_job", job_id, task_name=f"run_job:{job_id}"[:100], **options)
 
 
 def open_next_attempt(

@@ -4,6 +4,7 @@ import platform
 import time
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from bench import sections
@@ -37,6 +38,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, quick, json_path, seconds, large, only, **options):
         logging.getLogger("django-q").setLevel(logging.WARNING)
+        settings.DEBUG = False  # measure the production configuration: no per-query log or timing
         seconds = seconds or (1.5 if quick else 10)
         small, queued = (2_000, 1_000) if quick else (10_000, 10_000)
         large = large or (20_000 if quick else 1_000_000)
