@@ -119,7 +119,13 @@ DATABASES = {
         "CONN_MAX_AGE": envint("RECKON_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
         # Which process holds a session, visible in pg_stat_activity.
-        "OPTIONS": {"application_name": f"reckon:{os.getpid()}"},
+        "OPTIONS": {
+            "application_name": f"reckon:{os.getpid()}",
+            # Statements bound server-side (only the worker steps' calls; Django binds the rest on
+            # the client) are prepared after 5 runs on a connection. RECKON_DB_PREPARE=false turns
+            # this off behind a connection pooler that cannot keep prepared statements.
+            "prepare_threshold": 5 if envbool("RECKON_DB_PREPARE", True) else None,
+        },
         "TEST": {"NAME": os.environ.get("RECKON_TEST_DATABASE") or None},
     }
 }

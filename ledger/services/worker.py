@@ -264,8 +264,9 @@ def _one_round_trip(function: str, *args) -> Attempt | None:
 
 
 def _call_step(function: str, columns: str, *args) -> tuple | None:
-    """SELECT columns FROM function(args), bound server-side: psycopg prepares it after a few
-    calls on a connection, so there is no parsing or planning per call and no quoting in Python."""
+    """SELECT columns FROM function(args), bound server-side, so psycopg prepares it after a few
+    calls on a connection (DATABASES OPTIONS prepare_threshold): no parsing or planning per call,
+    and no quoting of values in Python."""
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
