@@ -202,6 +202,8 @@ RECKON_RECONCILE_BACKOFF_BASE = float(os.environ.get("RECKON_RECONCILE_BACKOFF_B
 RECKON_RECONCILE_BACKOFF_CAP = float(os.environ.get("RECKON_RECONCILE_BACKOFF_CAP", "300"))
 RECKON_RECONCILE_MAX_CHECKS = envint("RECKON_RECONCILE_MAX_CHECKS", 8)
 RECKON_RECONCILE_BATCH = envint("RECKON_RECONCILE_BATCH", 100)
+# Provider lookups a reconciliation pass runs at once.
+RECKON_RECONCILE_CONCURRENCY = envint("RECKON_RECONCILE_CONCURRENCY", 4)
 # A claimed job is not due again for this long: longer than the slowest lookup (two calls).
 RECKON_RECONCILE_CLAIM_TTL = float(os.environ.get("RECKON_RECONCILE_CLAIM_TTL", "60"))
 RECKON_RECONCILE_INTERVAL = float(os.environ.get("RECKON_RECONCILE_INTERVAL", "2"))

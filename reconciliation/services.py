@@ -23,7 +23,6 @@ current one is applied. `reconcile_job` is the same path for a batch of one.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,8 +52,7 @@ ACTOR = "reconciler"
 
 def default_concurrency() -> int:
     """How many provider lookups a pass runs at once (RECKON_RECONCILE_CONCURRENCY, default 4)."""
-    value = getattr(settings, "RECKON_RECONCILE_CONCURRENCY", None)
-    return max(1, int(value if value is not None else os.environ.get("RECKON_RECONCILE_CONCURRENCY", "4")))
+    return max(1, settings.RECKON_RECONCILE_CONCURRENCY)
 
 
 @dataclass(frozen=True)
