@@ -146,3 +146,18 @@ def test_a_claim_inside_a_larger_transaction_leaves_that_transaction_durable():
         cursor.execute("SELECT * FROM reckon_claim('nope', 'w', '{}'::jsonb, true)")  # declines before any change
         cursor.execute("SELECT current_setting('synchronous_commit')")
         assert cursor.fetchone()[0] == "on"
+
+
+def test_the_step_calls_are_prepared_once_per_connection_and_nothing_else_is():
+    for n in range(7):
+        make_job(f"p{n}")
+        lease = services.claim_job(job_id=f"p{n}", worker="w1")
+        services.begin_side_effect(lease=lease)
+        services.record_success(lease=lease, result_ref="r")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert sorted(name for name in ("reckon_claim", "reckon_begin", "reckon_succeed")
+                  if any(name in statement for statement in prepared)) == [
+        "reckon_begin", "reckon_claim", "reckon_succeed"]
+    assert all("reckon_" in statement for statement in prepared), prepared  # Django's own queries are not
