@@ -1,7 +1,7 @@
 """Set-based transitions: many jobs' changes in one transaction, in a handful of statements.
 
-The same mechanics as `core.transition`, `core.record_event`, `core.set_job_status` and
-`core.open_next_attempt`, for a batch of jobs whose row locks the caller holds (`lock_jobs`):
+The transition layer's mechanics, for one job or many: `core.transition`, `core.set_job_status`
+and `core.open_next_attempt` are a batch of one. For jobs whose row locks the caller holds:
 each call changes the in-memory job and attempt at once and queues its writes; `flush()` then
 writes them all —
 
@@ -84,7 +84,7 @@ class Batch:
         evidence: dict | None = None,
         **attempt_fields,
     ) -> LedgerEvent:
-        """As core.transition: compare-and-set the attempt, change the job, record the event."""
+        """Compare-and-set the attempt, change the job (its status and fields), record the event."""
         before = snapshot(job, attempt)
         entry = self._attempts.setdefault(attempt.pk, [attempt, attempt.version, set()])
         entry[2].update(attempt_fields)
@@ -106,7 +106,7 @@ class Batch:
         )
 
     def set_job_status(self, job: Job, status: str, **fields) -> None:
-        """As core.set_job_status: the status and any job fields changing with it."""
+        """The job's status and any job fields changing with it."""
         if job.status != status or fields:
             self._job_entry(job, touch=True).update(("status", *fields))
             for name, value in fields.items():

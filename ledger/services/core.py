@@ -11,11 +11,9 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, F, Func
-from django.db.models.functions import Now
+from django.db.models import DateTimeField, Func
 
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.states import JobStatus
 
 
 class LedgerError(Exception):
@@ -79,54 +77,27 @@ def latest_attempt(job: Job) -> Attempt:
     return Attempt.objects.filter(job=job).order_by("-number").first()
 
 
-def transition(
-    job: Job,
-    attempt: Attempt,
-    *,
-    actor_type: str,
-    actor: str,
-    kind: str,
-    job_status: str | None = None,
-    job_fields: dict | None = None,
-    note: str = "",
-    evidence: dict | None = None,
-    **attempt_fields,
-) -> LedgerEvent:
-    """Change the attempt (compare-and-set on its version) and the job, and record the event."""
-    before = snapshot(job, attempt)
-    changed = Attempt.objects.filter(pk=attempt.pk, version=attempt.version).update(
-        version=F("version") + 1, updated_at=Now(), **attempt_fields
-    )
-    if changed != 1:
-        raise RuntimeError(f"attempt {attempt.pk} changed under the job lock; this is a bug")
-    for name, value in attempt_fields.items():
-        setattr(attempt, name, value)
-    attempt.version += 1
-    if job_status:
-        set_job_status(job, job_status, **(job_fields or {}))
-    return record_event(
-        job,
-        attempt,
-        actor_type=actor_type,
-        actor=actor,
-        kind=kind,
-        before=before,
-        after=snapshot(job, attempt),
-        note=note,
-        evidence=evidence or {},
-    )
+def transition(job: Job, attempt: Attempt, **change) -> LedgerEvent:
+    """Change the attempt (compare-and-set on its version) and the job, and record the event.
+
+    The rules live in `Batch.transition` (the set-based form reconciliation uses for many
+    jobs); a single change is a batch of one, written now.
+    """
+    from ledger.services.batch import Batch
+
+    batch = Batch()
+    event = batch.transition(job, attempt, **change)
+    batch.flush()
+    return event
 
 
 def set_job_status(job: Job, status: str, **fields) -> None:
-    """One UPDATE of the job's status and any other job fields changing with it."""
-    if job.status != status or fields:
-        Job.objects.filter(pk=job.pk).update(status=status, updated_at=Now(), **fields)
-        for name, value in fields.items():
-            setattr(job, name, value)
-    if job.status != status:
-        job.status = status
-        if status == JobStatus.NEEDS_RECONCILIATION:
-            trigger_reconciliation()
+    """One UPDATE of the job's status and any other job fields changing with it (a batch of one)."""
+    from ledger.services.batch import Batch
+
+    batch = Batch()
+    batch.set_job_status(job, status, **fields)
+    batch.flush()
 
 
 def trigger_reconciliation() -> None:
