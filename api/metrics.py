@@ -17,25 +17,18 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.states import Delivery, Execution, JobStatus, SideEffect
+from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-UNKNOWN_WORK = (
-    JobStatus.NEEDS_RECONCILIATION,
-    JobStatus.NEEDS_OPERATOR,
-    JobStatus.ESCALATED,
-    JobStatus.AWAITING_APPROVAL,
-    JobStatus.BLOCKED,
-)
 EVENT_COUNTERS = {
-    "late_write_rejected": (
+    EventKind.LATE_WRITE_REJECTED: (
         "reckon_late_writes_rejected_total",
         "Writes refused because their lease was stale.",
     ),
-    "duplicate_delivery": ("reckon_duplicate_deliveries_total", "Claims refused as duplicate deliveries."),
+    EventKind.DUPLICATE_DELIVERY: ("reckon_duplicate_deliveries_total", "Claims refused as duplicate deliveries."),
 }
-LEASE_EXPIRY_KINDS = {"lease_expired_reclaimed": "reclaimed", "lease_expired_unknown": "unknown"}
+LEASE_EXPIRY_KINDS = {EventKind.LEASE_EXPIRED_RECLAIMED: "reclaimed", EventKind.LEASE_EXPIRED_UNKNOWN: "unknown"}
 
 
 def allowed(request: HttpRequest) -> bool:

@@ -52,6 +52,58 @@ class ActorType(models.TextChoices):
     SYSTEM = "system"
 
 
+class EventKind(models.TextChoices):
+    """Every kind of LedgerEvent, grouped by who writes it. The audit page filters by these,
+    the metrics count them, and the fast path's database functions write three of them."""
+
+    # enqueueing
+    ENQUEUED = "enqueued"
+    ENQUEUE_REPEATED = "enqueue_repeated"
+    # the worker loop
+    CLAIMED = "claimed"
+    CLAIM_REFUSED = "claim_refused"
+    DUPLICATE_DELIVERY = "duplicate_delivery"
+    LEASE_RENEWED = "lease_renewed"
+    IDENTITY_VERIFIED = "identity_verified"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    SIDE_EFFECT_STARTED = "side_effect_started"
+    SIDE_EFFECT_HELD = "side_effect_held"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    OBSERVATION_LOST = "observation_lost"
+    LATE_WRITE_REJECTED = "late_write_rejected"
+    # the lease sweeper and the dead-man gate
+    LEASE_EXPIRED_RECLAIMED = "lease_expired_reclaimed"
+    LEASE_EXPIRED_UNKNOWN = "lease_expired_unknown"
+    REDISPATCHED = "redispatched"
+    GATE_RELEASED = "gate_released"
+    # attempts
+    ATTEMPT_OPENED = "attempt_opened"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    # the reconciler
+    RECONCILED_CONFIRMED = "reconciled_confirmed"
+    RECONCILED_NOT_FOUND = "reconciled_not_found"
+    RECONCILED_CONFLICT = "reconciled_conflict"
+    RECONCILIATION_UNAVAILABLE = "reconciliation_unavailable"
+    RECONCILIATION_GAVE_UP = "reconciliation_gave_up"
+    NOT_QUERYABLE = "not_queryable"
+    # recovery after a restore
+    RECOVERY_STARTED = "recovery_started"
+    RECOVERY_RELEASED = "recovery_released"
+    # operators
+    OPERATOR_CONFIRMED_EFFECT = "operator_confirmed_effect"
+    OPERATOR_MARKED_NOT_FOUND = "operator_marked_not_found"
+    OPERATOR_ESCALATED = "operator_escalated"
+    OPERATOR_RETRIED_RECONCILIATION = "operator_retried_reconciliation"
+    OPERATOR_CANCELLED = "operator_cancelled"
+    # approvals
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_REJECTED = "approval_rejected"
+    APPROVAL_WITHDRAWN = "approval_withdrawn"
+    APPROVAL_EXPIRED = "approval_expired"
+
+
 # An attempt that still holds the job: at most one per job (a partial unique index).
 LIVE_EXECUTION = (Execution.NOT_STARTED, Execution.RUNNING, Execution.UNKNOWN, Execution.BLOCKED)
 
@@ -62,6 +114,14 @@ UNKNOWN_WORK = (
     JobStatus.ESCALATED,
     JobStatus.AWAITING_APPROVAL,
     JobStatus.BLOCKED,
+)
+
+# The part of the unknown-work queue that waits for a person (not for the reconciler).
+NEEDS_HUMAN = (
+    JobStatus.NEEDS_OPERATOR,
+    JobStatus.ESCALATED,
+    JobStatus.BLOCKED,
+    JobStatus.AWAITING_APPROVAL,
 )
 
 FINISHED_JOB = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)

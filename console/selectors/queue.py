@@ -15,16 +15,9 @@ from django.utils import timezone
 
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from ledger.models import Attempt, Job
-from ledger.states import JobStatus
+from ledger.states import NEEDS_HUMAN, UNKNOWN_WORK, JobStatus
 
-NEEDS_HUMAN = (
-    JobStatus.NEEDS_OPERATOR,
-    JobStatus.ESCALATED,
-    JobStatus.BLOCKED,
-    JobStatus.AWAITING_APPROVAL,
-)
 RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
-UNKNOWN_WORK = NEEDS_HUMAN + RECONCILING
 
 TABS = {
     "human": ("Needs a human", NEEDS_HUMAN),

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 from console.access import READERS, role_required
 from console.forms import AuditFilterForm
 from console.selectors.audit import audit_events, audit_page
+from ledger.states import EventKind
 
 CSV_COLUMNS = (
     "id",
@@ -24,43 +25,7 @@ CSV_COLUMNS = (
     "prev_hash",
     "hash",
 )
-KNOWN_KINDS = (
-    "enqueued",
-    "claimed",
-    "identity_verified",
-    "identity_mismatch",
-    "side_effect_started",
-    "succeeded",
-    "failed",
-    "observation_lost",
-    "lease_renewed",
-    "lease_expired_reclaimed",
-    "lease_expired_unknown",
-    "late_write_rejected",
-    "duplicate_delivery",
-    "claim_refused",
-    "side_effect_held",
-    "attempt_opened",
-    "attempts_exhausted",
-    "reconciled_confirmed",
-    "reconciled_not_found",
-    "reconciled_conflict",
-    "reconciliation_unavailable",
-    "reconciliation_gave_up",
-    "not_queryable",
-    "operator_confirmed_effect",
-    "operator_marked_not_found",
-    "operator_escalated",
-    "operator_retried_reconciliation",
-    "operator_cancelled",
-    "approval_requested",
-    "approval_granted",
-    "approval_rejected",
-    "approval_withdrawn",
-    "approval_expired",
-    "recovery_started",
-    "recovery_released",
-)
+KNOWN_KINDS = tuple(EventKind)
 
 
 @require_GET
