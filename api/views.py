@@ -114,7 +114,7 @@ def _lease_from(job: Job, fields: dict) -> services.Lease:
     attempt = (
         Attempt.objects.filter(job=job, lease_token=token).first()
         # A token this job never issued: judge it against the latest attempt (and record it).
-        or Attempt.objects.filter(job=job).order_by("-number").first()
+        or services.latest_attempt(job)
     )
     return services.Lease(
         job_id=job.job_id,

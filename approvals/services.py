@@ -15,19 +15,10 @@ from django.conf import settings
 from django.db import transaction
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from ledger.models import Attempt, Job
-from ledger.services.core import (
-    ClockTimestamp,
-    LedgerError,
-    latest_attempt,
-    lock_job,
-    open_next_attempt,
-    record_event,
-    record_unchanged,
-    set_job_status,
-    snapshot,
-)
-from ledger.states import FINISHED_JOB, ActorType, Execution, JobStatus
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.services.errors import LedgerError
+from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
+from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 
 
 class ApprovalRefused(LedgerError):
@@ -40,6 +31,7 @@ def payload_digest(payload: dict) -> str:
 
 
 def open_approval_request(
+    batch: Batch,
     job: Job,
     attempt: Attempt,
     *,
@@ -49,9 +41,12 @@ def open_approval_request(
     reason: str,
     evidence: dict | None = None,
 ) -> ApprovalRequest:
-    """Within the caller's transaction, job locked, latest attempt closed: ask for approval."""
-    before = snapshot(job, attempt)
-    set_job_status(job, JobStatus.AWAITING_APPROVAL)
+    """Within the caller's transaction, job locked, latest attempt closed: ask for approval.
+
+    `requested_by` is the person whose action led to the request (the operator who marked the
+    effect not found, or who sent the job back to the reconciler), or None when nobody did: then
+    nobody who decided on the job before may approve it (see `approve`).
+    """
     request = ApprovalRequest.objects.create(
         job=job,
         attempt=attempt,
@@ -62,16 +57,16 @@ def open_approval_request(
         payload_digest=payload_digest(job.payload),
         evidence=evidence or {},
     )
-    record_event(
+    batch.transition(
         job,
         attempt,
         actor_type=actor_type,
         actor=actor,
-        kind="approval_requested",
-        before=before,
-        after=snapshot(job, attempt),
+        kind=EventKind.APPROVAL_REQUESTED,
+        job_status=JobStatus.AWAITING_APPROVAL,
         note=reason,
-        evidence={"approval_request": request.pk, "payload_digest": request.payload_digest},
+        evidence={"approval_request": request.pk, "payload_digest": request.payload_digest,
+                  "requested_by": requested_by.get_username() if requested_by else None},
     )
     return request
 
@@ -89,15 +84,17 @@ def request_approval(*, job_id: str, user, reason: str, evidence: dict | None = 
                 f"attempt {attempt.number} is {attempt.execution_state}: a replay can be approved "
                 "only once the latest attempt is known to have done nothing"
             )
-        return open_approval_request(
-            job,
-            attempt,
-            requested_by=user,
-            actor=user.get_username(),
-            actor_type=ActorType.OPERATOR,
-            reason=reason,
-            evidence=evidence,
-        )
+        with Batch() as batch:
+            return open_approval_request(
+                batch,
+                job,
+                attempt,
+                requested_by=user,
+                actor=user.get_username(),
+                actor_type=ActorType.OPERATOR,
+                reason=reason,
+                evidence=evidence,
+            )
 
 
 def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
@@ -105,34 +102,31 @@ def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
     note = _required_note(note, "a note")
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
-        if request.requested_by_id is not None and request.requested_by_id == user.pk:
-            raise ApprovalRefused(
-                f"four eyes: {user.get_username()} requested this approval and cannot approve it; "
-                "another approver must decide"
-            )
+        _four_eyes(job, request, user, "approve it")
         digest = payload_digest(job.payload)
         if digest != request.payload_digest:
             raise ApprovalRefused(
                 f"the job's payload changed since approval was requested (digest {digest[:12]}… "
                 f"is not {request.payload_digest[:12]}…); request approval again"
             )
-        _decide(request, ApprovalStatus.APPROVED, user=user, note=note, at=job.db_now)
-        record_unchanged(
-            job,
-            attempt,
-            actor_type=ActorType.APPROVER,
-            actor=user.get_username(),
-            kind="approval_granted",
-            note=note,
-            evidence={"approval_request": request.pk, "payload_digest": digest},
-        )
-        open_next_attempt(
-            job,
-            attempt,
-            actor=user.get_username(),
-            actor_type=ActorType.APPROVER,
-            note=f"replay approved by {user.get_username()}: {note}",
-        )
+        _set_decision(request, ApprovalStatus.APPROVED, user=user, note=note, at=job.db_now)
+        with Batch() as batch:
+            batch.record_unchanged(
+                job,
+                attempt,
+                actor_type=ActorType.APPROVER,
+                actor=user.get_username(),
+                kind=EventKind.APPROVAL_GRANTED,
+                note=note,
+                evidence={"approval_request": request.pk, "payload_digest": digest},
+            )
+            batch.open_next_attempt(
+                job,
+                attempt,
+                actor=user.get_username(),
+                actor_type=ActorType.APPROVER,
+                note=f"replay approved by {user.get_username()}: {note}",
+            )
     return request
 
 
@@ -141,19 +135,15 @@ def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
     note = _required_note(note, "a note")
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
-        if request.requested_by_id is not None and request.requested_by_id == user.pk:
-            raise ApprovalRefused(
-                f"four eyes: {user.get_username()} requested this approval and cannot decide it; "
-                "withdraw it instead"
-            )
-        _decide(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
+        _four_eyes(job, request, user, "decide it; withdraw it instead")
+        _set_decision(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
         _close(
             job,
             attempt,
             JobStatus.CANCELLED,
             ActorType.APPROVER,
             user.get_username(),
-            "approval_rejected",
+            EventKind.APPROVAL_REJECTED,
             note,
             request,
         )
@@ -165,14 +155,14 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     note = _required_note(note, "a note")
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
-        _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
+        _set_decision(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
         _close(
             job,
             attempt,
             JobStatus.NEEDS_OPERATOR,
             ActorType.OPERATOR,
             user.get_username(),
-            "approval_withdrawn",
+            EventKind.APPROVAL_WITHDRAWN,
             note,
             request,
         )
@@ -196,14 +186,14 @@ def expire_due(*, actor: str = "approval-expiry") -> int:
             if request.expires_at > job.db_now:
                 continue
             note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
-            _decide(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
+            _set_decision(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
             _close(
                 job,
                 attempt,
                 JobStatus.NEEDS_OPERATOR,
                 ActorType.SYSTEM,
                 actor,
-                "approval_expired",
+                EventKind.APPROVAL_EXPIRED,
                 note,
                 request,
             )
@@ -217,7 +207,7 @@ def withdraw_pending_for(job: Job, *, actor: str, actor_type: str, note: str) ->
         ApprovalRequest.objects.select_for_update().filter(job=job, status=ApprovalStatus.PENDING).first()
     )
     if request is not None:
-        _decide(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
+        _set_decision(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
     return request
 
 
@@ -243,25 +233,38 @@ def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, Appr
     return job, request, attempt
 
 
-def _decide(request: ApprovalRequest, status: str, *, user, note: str, at) -> None:
+def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
+    """The approver is not the person whose action led to the request; and when nobody's did
+    (the reconciler asked on its own), not anyone who decided on this job before."""
+    name = user.get_username()
+    if request.requested_by_id is not None:
+        if request.requested_by_id == user.pk:
+            raise ApprovalRefused(
+                f"four eyes: {name} requested this approval and cannot {what}; another approver must decide"
+            )
+        return
+    decided = (
+        LedgerEvent.objects.filter(job=job, actor=name, actor_type__in=[ActorType.OPERATOR, ActorType.APPROVER])
+        .order_by("id").first()
+    )
+    if decided is not None:
+        raise ApprovalRefused(
+            f"four eyes: {name} already decided on job {job.job_id} ({decided.kind} at "
+            f"{decided.at.isoformat(timespec='seconds')}) and cannot {what}; another approver must decide"
+        )
+
+
+def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at) -> None:
     request.status, request.decided_by, request.decided_at, request.decision_note = status, user, at, note
     request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
 
 
 def _close(job, attempt, status, actor_type, actor, kind, note, request) -> None:
-    before = snapshot(job, attempt)
-    set_job_status(job, status)
-    record_event(
-        job,
-        attempt,
-        actor_type=actor_type,
-        actor=actor,
-        kind=kind,
-        before=before,
-        after=snapshot(job, attempt),
-        note=note,
-        evidence={"approval_request": request.pk},
-    )
+    with Batch() as batch:
+        batch.transition(
+            job, attempt, actor_type=actor_type, actor=actor, kind=kind, job_status=status, note=note,
+            evidence={"approval_request": request.pk},
+        )
 
 
 def _required_note(note, what: str) -> str:

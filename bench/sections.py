@@ -136,7 +136,8 @@ def reconciliation(world: World, *, jobs: int) -> dict:
     """Unknown mail jobs resolved per second by the real reconciler, beside raw lookups made with
     the same client code at the same concurrency (the reconciler's lookup threads), measured just
     before and just after it; the ratio is taken against the faster of the two."""
-    from reconciliation.services import Lookups, default_concurrency, reconcile_until_idle
+    from reconciliation.lookups import Lookups, default_concurrency
+    from reconciliation.passes import reconcile_until_idle
 
     concurrency = default_concurrency()
 
@@ -197,12 +198,11 @@ def _page_probe(client: Client, url: str):
 def _selection_queries() -> dict:
     from ledger.models import Attempt
     from ledger.services import ClockTimestamp
-    from reconciliation.services import _due
 
     return {
         "sweeper": Attempt.objects.filter(execution_state="running", lease_expires_at__lt=ClockTimestamp())
         .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:500],
-        "reconciler": Job.objects.filter(_due()).order_by("next_check_at", "pk").values_list("pk", "job_id")[:100],
+        "reconciler": Job.objects.due_for_reconciliation(ClockTimestamp()).values_list("pk", "job_id")[:100],
     }
 
 

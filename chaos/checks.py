@@ -39,10 +39,10 @@ class RunResult:
 def reconcile_pass() -> None:
     """One pass of the real reconciler, when the reconciliation engine is installed."""
     try:
-        from reconciliation.tasks import reconcile_due_jobs
+        from reconciliation.tasks import reconcile_until_idle
     except ImportError:
         return
-    reconcile_due_jobs()
+    reconcile_until_idle()
 
 
 def recover(job_ids: list[str], *, timeout: float) -> float:

@@ -21,6 +21,7 @@ from chaos.world import World, kill, wait_until
 from ledger.models import Job
 from ledger.services import enqueue_job
 from ledger.states import JobStatus
+from ledger.tasks import run_job
 
 MAIL = {"to": "ops@acme.example", "subject": "Receipt", "body": "Thanks for your order."}
 
@@ -116,7 +117,7 @@ class DuplicateDelivery(Scenario):
     def run(self, world, result):
         job_id = f"{self.name}-{result.seed}-{result.run}"
         _enqueue(job_id, "billing.create_invoice", _invoice(result.run))
-        async_task("ledger.tasks.run_job", job_id, task_name=f"dup:{job_id}")
+        async_task(run_job, job_id, task_name=f"dup:{job_id}")
         result.recover_seconds = recover([job_id], timeout=self.recover_timeout)
         wait_until(lambda: event_count(job_id, "duplicate_delivery") >= 1, timeout=20,
                    what=f"the second delivery of {job_id} to be refused")

@@ -3,7 +3,9 @@
 The lease sweeper and the reconciler record each completed pass. When either has not completed
 one within RECKON_GATE_BOUND_S seconds, nobody is watching for lost effects, so workers stop
 starting *irreversible* side effects (reversible work goes on). The gate reopens by itself
-when passes resume, and the jobs it held back are dispatched again.
+when passes resume, and the jobs it held back are dispatched again (ledger.services.gate).
+
+This module only reads the gate and stamps passes; it changes no job.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 
-from ledger.models import Job, PassRecord
+from ledger.models import PassRecord
 
 LOOPS = ("sweeper", "reconciler")
 
@@ -48,23 +50,10 @@ def gate_status() -> Gate:
 
 
 def record_pass(name: str) -> None:
-    """A loop completed a pass. If that reopens the gate, dispatch the jobs it held back."""
+    """A loop completed a pass (see ledger.services.gate.complete_pass, which loops call)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO ledger_passrecord (name, completed_at) VALUES (%s, clock_timestamp()) "
             "ON CONFLICT (name) DO UPDATE SET completed_at = EXCLUDED.completed_at",
             [name],
         )
-    if Job.objects.filter(gated_at__isnull=False).exists() and gate_status().open:
-        release_gated_jobs()
-
-
-def release_gated_jobs() -> int:
-    from ledger.services.core import dispatch_run
-
-    with transaction.atomic():
-        jobs = list(Job.objects.select_for_update(skip_locked=True).filter(gated_at__isnull=False))
-        Job.objects.filter(pk__in=[job.pk for job in jobs]).update(gated_at=None)
-        for job in jobs:
-            dispatch_run(job)
-    return len(jobs)

@@ -32,6 +32,19 @@ class JobQuerySet(models.QuerySet):
         rows = self.order_by().values_list("status").annotate(n=models.Count("id"))
         return {status: n for status, n in rows}
 
+    def due_for_reconciliation(self, now) -> JobQuerySet:
+        """Unknown work (and, after a restore, queued work under recovery) whose next look is due
+        at `now`, most overdue first (served by the job_reconcile_due index)."""
+        waiting = Q(status=JobStatus.NEEDS_RECONCILIATION) | Q(recovery_pending=True, status=JobStatus.PENDING)
+        due = Q(next_check_at__isnull=True) | Q(next_check_at__lte=now)
+        return self.filter(waiting & due).order_by(models.F("next_check_at").asc(nulls_first=True), "pk")
+
+
+class AttemptQuerySet(models.QuerySet):
+    def latest_per_job(self) -> AttemptQuerySet:
+        """Each job's latest attempt (the highest number), one row per job."""
+        return self.order_by("job_id", "-number").distinct("job_id")
+
 
 class Job(models.Model):
     job_id = models.CharField(max_length=200, unique=True)
@@ -81,10 +94,6 @@ class Job(models.Model):
     def __str__(self) -> str:
         return self.job_id
 
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (s.value for s in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED))
-
 
 class Attempt(models.Model):
     # No index of its own: attempt_number_unique_per_job (job, number) serves lookups by job.
@@ -107,6 +116,8 @@ class Attempt(models.Model):
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+
+    objects = AttemptQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -61,7 +61,7 @@ class LeaseKeeper:
             connection.close()
 
 
-def execute(job_id: str, *, worker: str | None = None) -> str:
+def run_job(job_id: str, *, worker: str | None = None) -> str:
     """Run one delivery of a job. Returns a short word for what happened (for logs and tests)."""
     worker = worker or worker_identity()
     try:

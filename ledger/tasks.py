@@ -1,13 +1,11 @@
-"""django-q2 tasks: interfaces, not logic. Each loads by id and calls one function."""
+"""django-q2 tasks: interfaces, not logic. Each is named after the function it runs."""
 
-from ledger.runtime import execute
+from ledger import runtime, services
 
 
 def run_job(job_id: str) -> str:
-    return execute(job_id)
+    return runtime.run_job(job_id)
 
 
-def sweep_leases() -> int:
-    from ledger.services import sweep_expired_leases
-
-    return sweep_expired_leases().total
+def sweep_expired_leases() -> int:
+    return services.sweep_expired_leases().total

@@ -7,22 +7,14 @@ timeout proves nothing and is `unavailable`. Every provider answer goes into the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.conf import settings
 
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.providers import NoAnswer, NotSent, call
-from reconciliation.models import Outcome
-
-
-@dataclass(frozen=True)
-class Finding:
-    outcome: str
-    reason: str  # for not_found: why a replay is safe; otherwise what was seen
-    evidence: dict = field(default_factory=dict)
-    result_ref: str = ""
+from reconciliation.lookups import Finding
+from reconciliation.models import CheckOutcome
 
 
 class LookupFailed(Exception):
@@ -108,21 +100,21 @@ def _judge(
     evidence = {"lookups": lookups, "marker": job.idempotency_key}
     if len(records) > 1:
         ids = [r.get(ref_field) for r in records]
-        return Finding(Outcome.CONFLICT, f"{len(records)} {what}s carry this job's marker: {ids}", evidence)
+        return Finding(CheckOutcome.CONFLICT, f"{len(records)} {what}s carry this job's marker: {ids}", evidence)
     if not records:
         claimed = _claimed_ref(attempt, ref_field)
         if claimed:
             return Finding(
-                Outcome.CONFLICT,
+                CheckOutcome.CONFLICT,
                 f"the provider reported {what} {claimed} for this attempt, but no {what} carries the marker",
                 {**evidence, "claimed": claimed},
             )
-        return Finding(Outcome.NOT_FOUND, absent_reason, evidence)
+        return Finding(CheckOutcome.NOT_FOUND, absent_reason, evidence)
     record = records[0]
     differing = _differences(record, expected)
     if differing:
         return Finding(
-            Outcome.CONFLICT,
+            CheckOutcome.CONFLICT,
             f"{what} {record.get(ref_field)} exists for this job but differs from the payload: "
             + ", ".join(sorted(differing)),
             {**evidence, "differences": differing},
@@ -130,13 +122,13 @@ def _judge(
     if extra_conflict is not None:
         conflict = extra_conflict(record)
         if conflict:
-            return Finding(Outcome.CONFLICT, conflict[0], {**evidence, **conflict[1]})
+            return Finding(CheckOutcome.CONFLICT, conflict[0], {**evidence, **conflict[1]})
     ref = str(record.get(ref_field, ""))
-    return Finding(Outcome.CONFIRMED, f"{what} {ref} found at the provider", evidence, result_ref=ref)
+    return Finding(CheckOutcome.CONFIRMED, f"{what} {ref} found at the provider", evidence, result_ref=ref)
 
 
 def _unavailable(exc: LookupFailed, lookups: list) -> Finding:
-    return Finding(Outcome.UNAVAILABLE, f"lookup gave no definite answer: {exc}", {"lookups": lookups})
+    return Finding(CheckOutcome.UNAVAILABLE, f"lookup gave no definite answer: {exc}", {"lookups": lookups})
 
 
 def invoice(job: Job, attempt: Attempt) -> Finding:

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404
 from approvals.models import ApprovalRequest
 from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
-from reconciliation.models import Outcome, ReconciliationCheck
+from reconciliation.models import CheckOutcome, ReconciliationCheck
 
 
 @dataclass
@@ -29,7 +29,7 @@ class JobRecord:
     def not_found_reason(self) -> str:
         """Why a replay is safe, when the latest reconciliation found nothing at the provider."""
         check = self.checks[-1] if self.checks else None
-        if check is None or check.outcome != Outcome.NOT_FOUND:
+        if check is None or check.outcome != CheckOutcome.NOT_FOUND:
             return ""
         return check.evidence.get("reason", "")
 

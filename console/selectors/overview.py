@@ -14,7 +14,7 @@ from console.selectors.queue import NEEDS_HUMAN, oldest_unknown_at, unknown_work
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import Execution, JobStatus
-from reconciliation.models import Outcome, ReconciliationCheck
+from reconciliation.models import CheckOutcome, ReconciliationCheck
 
 RECENT = timedelta(hours=1)
 
@@ -74,7 +74,7 @@ def overview() -> Overview:
         oldest_unknown_at=oldest_unknown_at(),
         waiting_for_operator=sum(unknown[s.value] for s in NEEDS_HUMAN if s != JobStatus.AWAITING_APPROVAL),
         pending_approvals=ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).count(),
-        reconciliation_outcomes={o.value: outcomes.get(o.value, 0) for o in Outcome},
+        reconciliation_outcomes={o.value: outcomes.get(o.value, 0) for o in CheckOutcome},
         late_writes_recent=late_writes.filter(at__gte=since).count(),
         late_writes_total=late_writes.count(),
         jobs_by_status=[(s.value, by_status.get(s.value, 0)) for s in JobStatus],

@@ -101,9 +101,7 @@ def attach_latest_attempts(jobs: list[Job]) -> None:
     """Give each job its latest attempt as `job.latest`, in one query for the whole list."""
     latest = {
         attempt.job_id: attempt
-        for attempt in Attempt.objects.filter(job_id__in=[job.pk for job in jobs])
-        .order_by("job_id", "-number")
-        .distinct("job_id")
+        for attempt in Attempt.objects.filter(job_id__in=[job.pk for job in jobs]).latest_per_job()
     }
     for job in jobs:
         job.latest = latest.get(job.pk)

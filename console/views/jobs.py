@@ -9,10 +9,10 @@ from console.access import OPERATORS, READERS, has_role, role_required
 from console.forms import DECISION_LABELS, DecisionForm
 from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
-from ledger import services
 from ledger.actions import get_action
 from ledger.gate import gate_status
 from ledger.models import Job
+from reconciliation import decisions
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
 DECISION_HELP = {
@@ -45,15 +45,16 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     if form.is_valid():
         decision = form.cleaned_data["decision"]
         try:
-            getattr(services, decision)(
+            decisions.decide(
+                decision,
                 job_id=job_id,
                 version=form.cleaned_data["version"],
                 user=request.user,
                 note=form.cleaned_data["note"],
             )
-        except services.StaleDecision as stale:
+        except decisions.StaleDecision as stale:
             notice = ("warning", str(stale))
-        except services.DecisionRefused as refused:
+        except decisions.DecisionRefused as refused:
             notice = ("error", str(refused))
         else:
             notice = ("success", f"{DECISION_LABELS[decision]}: recorded.")
@@ -78,7 +79,7 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
     record = job_record(job_id)
     action = get_action(record.job.action)
-    allowed = services.allowed_decisions(record.job) if record.attempts else []
+    allowed = decisions.allowed_decisions(record.job) if record.attempts else []
     help_text = dict(
         DECISION_HELP,
         mark_not_found=DECISION_HELP["mark_not_found"] if action.reversible else IRREVERSIBLE_NOT_FOUND_HELP,

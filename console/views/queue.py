@@ -8,7 +8,8 @@ from django_htmx.http import trigger_client_event
 from console.access import OPERATORS, READERS, has_role, role_required
 from console.forms import DECISION_LABELS, BulkDecisionForm, QueueFilterForm
 from console.selectors.queue import TABS, queue_jobs, tab_counts, unknown_work_counts
-from ledger import services
+from ledger.services import LedgerError
+from reconciliation import decisions
 
 QUEUE_CHANGED = "queue-changed"
 FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "q", "sort", "size")
@@ -17,8 +18,6 @@ FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "q", "sort",
 @require_GET
 @role_required(*READERS)
 def queue(request: HttpRequest) -> HttpResponse:
-    if request.htmx and request.htmx.target == "queue-counts":
-        return queue_counts(request)
     form = QueueFilterForm(request.GET)
     template = "console/queue.html#queue-table" if request.htmx else "console/queue.html"
     return render(request, template, _context(request, form))
@@ -39,13 +38,13 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     results = []
     if form.is_valid():
         decision = form.cleaned_data["decision"]
-        decide = getattr(services, decision)
         for job_id, version in form.selected:
             try:
-                decide(job_id=job_id, version=version, user=request.user, note=form.cleaned_data["note"])
-            except services.StaleDecision as stale:
+                decisions.decide(decision, job_id=job_id, version=version, user=request.user,
+                                 note=form.cleaned_data["note"])
+            except decisions.StaleDecision as stale:
                 results.append(("warning", f"{job_id}: {stale}"))
-            except services.LedgerError as refused:
+            except LedgerError as refused:
                 results.append(("error", f"{job_id}: {refused}"))
             else:
                 results.append(("success", f"{job_id}: {DECISION_LABELS[decision]} recorded"))

@@ -1,37 +1,49 @@
 """The transition layer: the only code that changes a job or an attempt.
 
-Every function is atomic, takes the job's row lock first (so one job's changes are serial and
-never deadlock), and writes its LedgerEvent in the same transaction as the change. Refusals
-(a duplicate delivery, a late write) are recorded too: the event is committed, then the caller
-gets a clear exception.
+Every change goes through `transitions.Batch` (for one job or many), which compare-and-sets the
+attempt, updates the job and writes the change's LedgerEvent in the same transaction; the
+callers take the job's row lock first (so one job's changes are serial and never deadlock).
+Refusals (a duplicate delivery, a late write) are recorded too: the event is committed, then the
+caller gets a clear exception.
+
+    jobs.py         enqueue_job
+    worker.py       the worker loop's steps: claim, renew, verify identity, begin, results
+    sweeper.py      expired leases and stranded deliveries
+    gate.py         the dead-man gate's release of the work it held
+    transitions.py  Batch, locks, snapshots, dispatch to django-q2, the reconciler's claim
+    bulk.py         the set-based SQL under Batch
+    errors.py       what the layer refuses
+
+How unknown work is resolved (by the reconciler or by a person) sits above the ledger, in
+`reconciliation.resolution`, and calls this layer.
 """
 
-from ledger.services.batch import Batch as Batch  # set-based transitions (reconciliation)
-from ledger.services.core import (
+from ledger.services.bulk import insert_objects
+from ledger.services.errors import (
     ClaimRefused,
-    ClockTimestamp,
     GateClosed,
     IdentityMismatch,
     InvalidJob,
     JobConflict,
-    Lease,
     LedgerError,
     StaleLease,
-    open_next_attempt,
 )
-from ledger.services.decisions import (
-    DecisionRefused,
-    StaleDecision,
-    allowed_decisions,
-    cancel_job,
-    confirm_effect,
-    escalate,
-    mark_not_found,
-    retry_reconciliation,
-)
+from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
+from ledger.services.transitions import (
+    Batch,
+    ClockTimestamp,
+    claim_for_reconciliation,
+    latest_attempt,
+    latest_attempts,
+    lock_job,
+    lock_jobs,
+    snapshot,
+    trigger_reconciliation,
+)
 from ledger.services.worker import (
+    Lease,
     begin_side_effect,
     claim_job,
     record_failure,
@@ -42,11 +54,10 @@ from ledger.services.worker import (
 )
 
 __all__ = [
+    "Batch",
     "ClaimRefused",
     "ClockTimestamp",
     "GateClosed",
-    "DecisionRefused",
-    "StaleDecision",
     "IdentityMismatch",
     "InvalidJob",
     "JobConflict",
@@ -54,21 +65,24 @@ __all__ = [
     "LedgerError",
     "StaleLease",
     "SweepResult",
-    "allowed_decisions",
     "begin_side_effect",
-    "cancel_job",
+    "claim_for_reconciliation",
     "claim_job",
-    "confirm_effect",
+    "complete_pass",
     "enqueue_job",
-    "escalate",
     "idempotency_key_for",
-    "mark_not_found",
-    "open_next_attempt",
+    "insert_objects",
+    "latest_attempt",
+    "latest_attempts",
+    "lock_job",
+    "lock_jobs",
     "record_failure",
     "record_success",
     "record_unknown",
+    "release_gated_jobs",
     "renew_lease",
-    "retry_reconciliation",
+    "snapshot",
     "sweep_expired_leases",
+    "trigger_reconciliation",
     "verify_identity",
 ]

@@ -7,9 +7,10 @@ import json
 from django.db import IntegrityError, transaction
 
 from ledger.actions import get_action
-from ledger.models import Attempt, Job
-from ledger.services.core import InvalidJob, JobConflict, dispatch_run, record_event, snapshot
-from ledger.states import ActorType
+from ledger.models import Job
+from ledger.services.errors import InvalidJob, JobConflict
+from ledger.services.transitions import Batch, snapshot
+from ledger.states import ActorType, EventKind
 
 
 def idempotency_key_for(*, action: str, job_id: str) -> str:
@@ -41,17 +42,11 @@ def enqueue_job(
                 identity=identity,
                 idempotency_key=idempotency_key_for(action=action, job_id=job_id),
             )
-            attempt = Attempt.objects.create(job=job, number=1)
-            record_event(
-                job,
-                attempt,
-                actor_type=actor_type,
-                actor=actor,
-                kind="enqueued",
-                before={},
-                after=snapshot(job, attempt),
-            )
-            dispatch_run(job)
+            with Batch() as batch:
+                attempt = batch.open_attempt(job, 1)
+                batch.record_event(job, attempt, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUED,
+                                   before={}, after=snapshot(job, attempt))
+                batch.dispatch_run(job)
             return job
     except IntegrityError:
         pass  # the job exists (perhaps created concurrently): compare and return it
@@ -72,16 +67,9 @@ def enqueue_job(
                 f"job {job_id!r} already exists with a different "
                 f"{', '.join(differing)}; a job id may be reused only for the same work"
             )
-        record_event(
-            job,
-            None,
-            actor_type=actor_type,
-            actor=actor,
-            kind="enqueue_repeated",
-            before={"job": job.status},
-            after={"job": job.status},
-            note="the same job was enqueued again; the existing job is returned",
-        )
+        with Batch() as batch:
+            batch.record_unchanged(job, None, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUE_REPEATED,
+                                   note="the same job was enqueued again; the existing job is returned")
     return job
 
 

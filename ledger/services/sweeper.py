@@ -8,20 +8,11 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 
-from ledger.gate import record_pass
 from ledger.models import Attempt, Job
-from ledger.services.core import (
-    ClockTimestamp,
-    dispatch_run,
-    latest_attempt,
-    lock_job,
-    open_next_attempt,
-    record_unchanged,
-    transition,
-)
-from ledger.states import ActorType, Delivery, Execution, JobStatus, SideEffect
+from ledger.services.gate import complete_pass
+from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
+from ledger.states import ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
 
 
 @dataclass
@@ -61,7 +52,7 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
             else:
                 result.reclaimed.append(job_id)
     result.redispatched = redispatch_stranded_jobs(limit=limit, actor=actor)
-    record_pass("sweeper")  # a completed pass keeps the dead-man gate open
+    complete_pass("sweeper")  # a completed pass keeps the dead-man gate open
     return result
 
 
@@ -87,11 +78,12 @@ def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") 
             job = lock_job(job_id=job_id, skip_locked=True)
             if job is None or job.status != JobStatus.PENDING or job.gated_at or job.recovery_pending:
                 continue
-            attempt = latest_attempt(job)
-            Job.objects.filter(pk=job.pk).update(updated_at=Now())  # once per threshold, not per pass
-            record_unchanged(job, attempt, actor_type=ActorType.SYSTEM, actor=actor, kind="redispatched",
-                         note="queued work with no delivery in sight: dispatched to the workers again")
-            dispatch_run(job)
+            with Batch() as batch:
+                batch.update_job(job, touch=True)  # stranded again only after another threshold
+                batch.record_unchanged(job, latest_attempt(job), actor_type=ActorType.SYSTEM, actor=actor,
+                                       kind=EventKind.REDISPATCHED,
+                                       note="queued work with no delivery in sight: dispatched to the workers again")
+                batch.dispatch_run(job)
             redispatched.append(job_id)
     return redispatched
 
@@ -105,37 +97,38 @@ def expire_lease(
         "fencing_token": attempt.lease_token,
         "lease_expires_at": attempt.lease_expires_at.isoformat(),
     }
-    if attempt.side_effect_state == SideEffect.SUBMITTED:
-        note = (
-            f"lease of {attempt.lease_owner} expired after the side effect was submitted: "
-            "whether it happened is unknown"
-        )
-        transition(
+    with Batch() as batch:
+        if attempt.side_effect_state == SideEffect.SUBMITTED:
+            note = (
+                f"lease of {attempt.lease_owner} expired after the side effect was submitted: "
+                "whether it happened is unknown"
+            )
+            batch.transition(
+                job,
+                attempt,
+                actor_type=actor_type,
+                actor=actor,
+                kind=EventKind.LEASE_EXPIRED_UNKNOWN,
+                job_status=JobStatus.NEEDS_RECONCILIATION,
+                delivery_state=Delivery.DEAD_LETTERED,
+                execution_state=Execution.UNKNOWN,
+                side_effect_state=SideEffect.AMBIGUOUS,
+                error=note,
+                note=note,
+                evidence=expired,
+            )
+            return None
+        note = f"lease of {attempt.lease_owner} expired before any side effect; safe to run again"
+        batch.transition(
             job,
             attempt,
             actor_type=actor_type,
             actor=actor,
-            kind="lease_expired_unknown",
-            job_status=JobStatus.NEEDS_RECONCILIATION,
+            kind=EventKind.LEASE_EXPIRED_RECLAIMED,
             delivery_state=Delivery.DEAD_LETTERED,
-            execution_state=Execution.UNKNOWN,
-            side_effect_state=SideEffect.AMBIGUOUS,
+            execution_state=Execution.FAILED,
             error=note,
             note=note,
             evidence=expired,
         )
-        return None
-    note = f"lease of {attempt.lease_owner} expired before any side effect; safe to run again"
-    transition(
-        job,
-        attempt,
-        actor_type=actor_type,
-        actor=actor,
-        kind="lease_expired_reclaimed",
-        delivery_state=Delivery.DEAD_LETTERED,
-        execution_state=Execution.FAILED,
-        error=note,
-        note=note,
-        evidence=expired,
-    )
-    return open_next_attempt(job, attempt, actor=actor, actor_type=actor_type, dispatch=dispatch)
+        return batch.open_next_attempt(job, attempt, actor=actor, actor_type=actor_type, dispatch=dispatch)

@@ -6,35 +6,35 @@ one changes nothing, records `late_write_rejected`, and raises StaleLease.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
 from ledger.actions import get_action, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
-from ledger.services.core import (
-    ClaimRefused,
-    GateClosed,
-    IdentityMismatch,
-    Lease,
-    LedgerError,
-    StaleLease,
-    latest_attempt,
-    lock_job,
-    open_next_attempt,
-    record_unchanged,
-    set_job_status,
-    transition,
-)
+from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, LedgerError, StaleLease
 from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
-from ledger.states import FINISHED_JOB, ActorType, Delivery, Execution, JobStatus, SideEffect
+from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
+from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What a claim hands the worker: every later write is a compare-and-set on owner and token."""
+
+    job_id: str
+    attempt_id: int
+    attempt_number: int
+    owner: str
+    token: int
+    expires_at: datetime
+
 
 RECOVERY_REFUSAL = (
     "job {job} is under recovery after a restore of the ledger: no new side effect until "
@@ -63,16 +63,17 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
                 )
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
-            Job.objects.filter(pk=job.pk).update(duplicate_deliveries=F("duplicate_deliveries") + 1)
-            record_unchanged(
-                job,
-                attempt,
-                actor_type=ActorType.WORKER,
-                actor=worker,
-                kind="duplicate_delivery",
-                note=str(refusal),
-                evidence={"reason": "job_finished" if not live_lease else "live_lease"},
-            )
+            with Batch() as batch:  # a counted signal, committed before the refusal is raised
+                batch.update_job(job, duplicate_deliveries=job.duplicate_deliveries + 1)
+                batch.record_unchanged(
+                    job,
+                    attempt,
+                    actor_type=ActorType.WORKER,
+                    actor=worker,
+                    kind=EventKind.DUPLICATE_DELIVERY,
+                    note=str(refusal),
+                    evidence={"reason": "job_finished" if not live_lease else "live_lease"},
+                )
         else:
             if attempt.execution_state == Execution.RUNNING:  # an expired lease
                 expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER, dispatch=False)
@@ -88,9 +89,10 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
 
 
 def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimRefused:
+    batch = Batch()
     if not gate.open and attempt.execution_state == Execution.NOT_STARTED:
         reason, message = "dead_man_gate", f"dead-man gate: {gate.reason}"
-        set_job_status(job, job.status, gated_at=job.db_now)
+        batch.update_job(job, touch=True, gated_at=job.db_now)  # released when the gate reopens
     elif job.recovery_pending:
         reason, message = "under_recovery", RECOVERY_REFUSAL.format(job=job.job_id)
     elif attempt.execution_state == Execution.UNKNOWN:
@@ -102,15 +104,16 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimR
         reason, message = "attempt_blocked", f"attempt {attempt.number} is blocked: {attempt.error}"
     else:
         reason, message = "not_claimable", f"job is {job.status}; no attempt is queued"
-    record_unchanged(
+    batch.record_unchanged(
         job,
         attempt,
         actor_type=ActorType.WORKER,
         actor=worker,
-        kind="claim_refused",
+        kind=EventKind.CLAIM_REFUSED,
         note=message,
         evidence={"reason": reason},
     )
+    batch.flush()  # committed before the refusal is raised
     return ClaimRefused(reason, message)
 
 
@@ -122,7 +125,7 @@ def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
         attempt,
         actor_type=ActorType.WORKER,
         actor=worker,
-        kind="claimed",
+        kind=EventKind.CLAIMED,
         job_status=JobStatus.RUNNING,
         job_fields={"lease_seq": token},
         delivery_state=Delivery.LEASED,
@@ -142,16 +145,14 @@ def renew_lease(*, lease: Lease) -> Lease:
         job, attempt, stale = _held(lease, "renew_lease", require_unexpired=True)
         if not stale:
             expires = job.db_now + get_action(job.action).lease_ttl
-            Attempt.objects.filter(pk=attempt.pk, lease_token=lease.token).update(
-                lease_expires_at=expires, heartbeat_at=job.db_now, updated_at=Now()
-            )
-            attempt.lease_expires_at, attempt.heartbeat_at = expires, job.db_now
-            record_unchanged(
+            transition(
                 job,
                 attempt,
                 actor_type=ActorType.WORKER,
                 actor=lease.owner,
-                kind="lease_renewed",
+                kind=EventKind.LEASE_RENEWED,
+                lease_expires_at=expires,
+                heartbeat_at=job.db_now,
                 evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()},
             )
     if stale:
@@ -185,7 +186,7 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
                     attempt,
                     actor_type=ActorType.WORKER,
                     actor=lease.owner,
-                    kind="identity_mismatch",
+                    kind=EventKind.IDENTITY_MISMATCH,
                     job_status=JobStatus.BLOCKED,
                     delivery_state=Delivery.ACKNOWLEDGED,
                     execution_state=Execution.BLOCKED,
@@ -200,7 +201,7 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
                     attempt,
                     actor_type=ActorType.WORKER,
                     actor=lease.owner,
-                    kind="identity_verified",
+                    kind=EventKind.IDENTITY_VERIFIED,
                     observed_identity=observed,
                     evidence={"binding": job.identity, "observed": observed},
                 )
@@ -230,12 +231,12 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
                 raise LedgerError(f"job {job.job_id} is bound to an identity: verify it before any side effect")
             gate = _gate_for(job)
             if gate.open:
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="side_effect_started",
+                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind=EventKind.SIDE_EFFECT_STARTED,
                            side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now,
                            evidence={"idempotency_key": job.idempotency_key})
             else:  # hand the attempt back to the queue; the gate re-dispatches it when it reopens
                 held = f"dead-man gate: {gate.reason}; attempt {attempt.number} goes back to the queue"
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind="side_effect_held",
+                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind=EventKind.SIDE_EFFECT_HELD,
                            job_status=JobStatus.PENDING, job_fields={"gated_at": job.db_now},
                            delivery_state=Delivery.QUEUED, execution_state=Execution.NOT_STARTED,
                            lease_owner="", lease_token=None, lease_expires_at=None, note=held,
@@ -299,81 +300,53 @@ def _gate_for(job: Job):
 
 
 def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None = None) -> Attempt:
+    """The provider confirmed the effect."""
     attempt = _one_round_trip(
         "reckon_succeed", lease.job_id, lease.attempt_id, lease.owner, lease.token, result_ref,
         Jsonb(evidence or {}),
     )
     if attempt is not None:
         return attempt
-    return _record_result(lease, "record_success", evidence, result_ref=result_ref)
+    evidence = evidence or {}
+    with transaction.atomic():
+        job, attempt, stale = _held(lease, "record_success", require_unexpired=False, evidence=evidence)
+        if not stale:
+            if attempt.side_effect_state != SideEffect.SUBMITTED:
+                raise LedgerError("record_success before begin_side_effect: nothing was submitted")
+            transition(
+                job,
+                attempt,
+                actor_type=ActorType.WORKER,
+                actor=lease.owner,
+                kind=EventKind.SUCCEEDED,
+                job_status=JobStatus.SUCCEEDED,
+                delivery_state=Delivery.ACKNOWLEDGED,
+                execution_state=Execution.SUCCEEDED,
+                side_effect_state=SideEffect.CONFIRMED,
+                result_ref=result_ref[:500],
+                evidence=evidence,
+            )
+    if stale:
+        raise StaleLease(stale)
+    return attempt
 
 
 def record_failure(
     *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None
 ) -> Attempt:
     """A definitive refusal: the provider proved that nothing happened."""
-    return _record_result(lease, "record_failure", evidence, error=error, retryable=retryable)
-
-
-def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -> Attempt:
-    """The worker lost the ability to observe whether the effect happened."""
-    return _record_result(lease, "record_unknown", evidence, error=reason)
-
-
-def _record_result(
-    lease: Lease,
-    operation: str,
-    evidence: dict | None,
-    *,
-    result_ref: str = "",
-    error: str = "",
-    retryable: bool = False,
-) -> Attempt:
     evidence = evidence or {}
     with transaction.atomic():
-        job, attempt, stale = _held(lease, operation, require_unexpired=False, evidence=evidence)
+        job, attempt, stale = _held(lease, "record_failure", require_unexpired=False, evidence=evidence)
         if not stale:
             submitted = attempt.side_effect_state == SideEffect.SUBMITTED
-            if operation == "record_success":
-                if not submitted:
-                    raise LedgerError("record_success before begin_side_effect: nothing was submitted")
-                transition(
+            with Batch() as batch:
+                batch.transition(
                     job,
                     attempt,
                     actor_type=ActorType.WORKER,
                     actor=lease.owner,
-                    kind="succeeded",
-                    job_status=JobStatus.SUCCEEDED,
-                    delivery_state=Delivery.ACKNOWLEDGED,
-                    execution_state=Execution.SUCCEEDED,
-                    side_effect_state=SideEffect.CONFIRMED,
-                    result_ref=result_ref[:500],
-                    evidence=evidence,
-                )
-            elif operation == "record_unknown":
-                if not submitted:
-                    raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
-                transition(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=lease.owner,
-                    kind="observation_lost",
-                    job_status=JobStatus.NEEDS_RECONCILIATION,
-                    delivery_state=Delivery.ACKNOWLEDGED,
-                    execution_state=Execution.UNKNOWN,
-                    side_effect_state=SideEffect.AMBIGUOUS,
-                    error=error,
-                    note=error,
-                    evidence=evidence,
-                )
-            else:
-                transition(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=lease.owner,
-                    kind="failed",
+                    kind=EventKind.FAILED,
                     job_status=None if retryable else JobStatus.FAILED,
                     delivery_state=Delivery.ACKNOWLEDGED,
                     execution_state=Execution.FAILED,
@@ -383,7 +356,34 @@ def _record_result(
                     evidence={**evidence, "retryable": retryable},
                 )
                 if retryable:
-                    open_next_attempt(job, attempt, actor=lease.owner, actor_type=ActorType.WORKER)
+                    batch.open_next_attempt(job, attempt, actor=lease.owner, actor_type=ActorType.WORKER)
+    if stale:
+        raise StaleLease(stale)
+    return attempt
+
+
+def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -> Attempt:
+    """The worker lost the ability to observe whether the effect happened."""
+    evidence = evidence or {}
+    with transaction.atomic():
+        job, attempt, stale = _held(lease, "record_unknown", require_unexpired=False, evidence=evidence)
+        if not stale:
+            if attempt.side_effect_state != SideEffect.SUBMITTED:
+                raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
+            transition(
+                job,
+                attempt,
+                actor_type=ActorType.WORKER,
+                actor=lease.owner,
+                kind=EventKind.OBSERVATION_LOST,
+                job_status=JobStatus.NEEDS_RECONCILIATION,
+                delivery_state=Delivery.ACKNOWLEDGED,
+                execution_state=Execution.UNKNOWN,
+                side_effect_state=SideEffect.AMBIGUOUS,
+                error=reason,
+                note=reason,
+                evidence=evidence,
+            )
     if stale:
         raise StaleLease(stale)
     return attempt
@@ -417,12 +417,12 @@ def _held(
         + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
         + f"; the job's latest fencing token is {job.lease_seq}"
     )
-    record_unchanged(
+    record_refusal(
         job,
         attempt,
         actor_type=ActorType.WORKER,
         actor=lease.owner,
-        kind="late_write_rejected",
+        kind=EventKind.LATE_WRITE_REJECTED,
         note=note,
         evidence={
             "operation": operation,

@@ -5,8 +5,8 @@ from django.db import IntegrityError, connection, transaction
 
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
-from ledger import services
 from ledger.models import Job, LedgerEvent
+from reconciliation import decisions
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import assert_ledger_clean, unknown_job
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def requested(provider, operator) -> ApprovalRequest:
     """A vault rotation whose effect the operator declared not found: replay awaits approval."""
     unknown_job("v1", "vault.rotate_credential", {"name": "db-password"})
-    services.mark_not_found(
+    decisions.mark_not_found(
         job_id="v1",
         version=latest_attempt("v1").version,
         user=operator,

@@ -31,7 +31,7 @@ def make_unknown_job(
 
 def make_operator_job(job_id: str, **kwargs) -> Job:
     """An unknown irreversible job that reconciliation handed to a human (it cannot be queried)."""
-    from reconciliation.services import reconcile_job
+    from reconciliation.passes import reconcile_job
 
     make_unknown_job(job_id, action="vault.rotate_credential", **kwargs)
     reconcile_job(job_id=job_id)

@@ -3,6 +3,7 @@
 import pytest
 from django.contrib.auth.models import User
 
+from reconciliation import decisions
 from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job
 
 pytestmark = pytest.mark.django_db
@@ -90,9 +91,8 @@ def _posts(world):
 
 @pytest.fixture
 def pending_approval(world, operator2_for_requests):
-    from ledger import services
 
-    services.mark_not_found(
+    decisions.mark_not_found(
         job_id="vault-1",
         version=latest_version("vault-1"),
         user=operator2_for_requests,

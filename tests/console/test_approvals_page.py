@@ -3,8 +3,8 @@ import json
 import pytest
 
 from approvals.models import ApprovalRequest
-from ledger import services
 from ledger.models import Job
+from reconciliation import decisions
 from tests.console.conftest import htmx, latest_version, make_operator_job
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +17,7 @@ def requested(db, approver2):
 
     approver2.groups.add(Group.objects.get_or_create(name="operators")[0])
     make_operator_job("vault-1")
-    services.mark_not_found(
+    decisions.mark_not_found(
         job_id="vault-1", version=latest_version("vault-1"), user=approver2, note="vault shows no rotation"
     )
     return ApprovalRequest.objects.get(job__job_id="vault-1")
@@ -101,7 +101,7 @@ def reconciler_requested(provider):
 
     from ledger.actions import Action, _registry, register
     from ledger.demo_actions import send_mail
-    from reconciliation.services import reconcile_job
+    from reconciliation.passes import reconcile_job
     from tests.console.conftest import make_unknown_job
 
     register(

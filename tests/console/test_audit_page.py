@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ledger import services
+from reconciliation import decisions
 from tests.conftest import make_job
 from tests.console.conftest import htmx, latest_version, make_unknown_job
 
@@ -19,7 +19,7 @@ def _events_on_page(html: str) -> list[int]:
 def history(db, operator):
     make_unknown_job("inv-1")
     make_job("other")
-    services.escalate(job_id="inv-1", version=latest_version("inv-1"), user=operator, note="odd invoice")
+    decisions.escalate(job_id="inv-1", version=latest_version("inv-1"), user=operator, note="odd invoice")
 
 
 def test_it_shows_events_newest_first(client, auditor, history):

@@ -144,7 +144,7 @@ def test_each_event_shows_its_hash_short_with_the_full_hash_in_its_title(client,
 
 def test_not_found_shows_why_a_replay_is_safe_beside_the_decision(client, operator, provider):
     from reconciliation.models import ReconciliationCheck
-    from reconciliation.services import reconcile_job
+    from reconciliation.passes import reconcile_job
 
     make_unknown_job("inv-1")
     decision = reconcile_job(job_id="inv-1")

@@ -1,5 +1,6 @@
 import pytest
 
+from reconciliation import decisions
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +61,7 @@ def test_it_puts_delivery_capacity_beside_workflow_correctness(client, operator)
     make_unknown_job("inv-1")
     make_operator_job("vault-1")
     make_operator_job("vault-2")
-    services.mark_not_found(job_id="vault-2", version=latest_version("vault-2"), user=operator, note="none")
+    decisions.mark_not_found(job_id="vault-2", version=latest_version("vault-2"), user=operator, note="none")
     make_job("running")
     lease = services.claim_job(job_id="running", worker="w1")
     services.renew_lease(lease=lease)

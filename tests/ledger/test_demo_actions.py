@@ -96,7 +96,7 @@ def test_a_post_runs_as_the_bound_account_through_the_worker_loop(provider):
     _profile(provider, "p1", "acme-social")
     make_job("post-1", action="social.publish_post", payload={"body": "Launch!"},
              identity={"profile": "p1", "account": "acme-social"})
-    assert runtime.execute("post-1", worker="w") == "succeeded"
+    assert runtime.run_job("post-1", worker="w") == "succeeded"
     posts = provider.request("GET", "/posts?marker=social.publish_post:post-1").json["posts"]
     assert [p["account"] for p in posts] == ["acme-social"]
     assert latest_attempt("post-1").observed_identity["account"] == "acme-social"
@@ -106,7 +106,7 @@ def test_a_post_from_a_profile_switched_to_another_account_is_blocked_before_the
     _profile(provider, "p1", "someone-else")
     make_job("post-2", action="social.publish_post", payload={"body": "Launch!"},
              identity={"profile": "p1", "account": "acme-social"})
-    assert runtime.execute("post-2", worker="w") == "blocked"
+    assert runtime.run_job("post-2", worker="w") == "blocked"
     assert provider.effects(marker="social.publish_post:post-2")["count"] == 0
     assert Job.objects.get(job_id="post-2").status == "blocked"
 
@@ -115,14 +115,14 @@ def test_a_post_with_an_expired_session_fails_definitively(provider):
     _profile(provider, "p1", "acme-social", session="expired")
     make_job("post-3", action="social.publish_post", payload={"body": "Launch!"},
              identity={"profile": "p1", "account": "acme-social"})
-    assert runtime.execute("post-3", worker="w") == "failed"
+    assert runtime.run_job("post-3", worker="w") == "failed"
     assert "401" in latest_attempt("post-3").error
     assert provider.effects(marker="social.publish_post:post-3")["count"] == 0
 
 
 def test_a_credential_rotation_succeeds_and_cannot_be_looked_up(provider):
     make_job("rot-1", action="vault.rotate_credential", payload={"name": "db-primary"})
-    assert runtime.execute("rot-1", worker="w") == "succeeded"
+    assert runtime.run_job("rot-1", worker="w") == "succeeded"
     assert provider.effects(marker="vault.rotate_credential:rot-1")["count"] == 1
     assert provider.request("GET", "/credentials/db-primary").status == 405
     assert get_action("vault.rotate_credential").reversible is False

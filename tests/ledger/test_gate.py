@@ -2,10 +2,14 @@
 
 import pytest
 from django.db import connection
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from ledger import services
 from ledger.gate import gate_status, record_pass
-from ledger.models import Job
+from ledger.models import Job, LedgerEvent
+from ledger.states import EventKind
+from ledger.tasks import run_job
 from tests.conftest import event_kinds, latest_attempt, make_job
 
 pytestmark = pytest.mark.django_db
@@ -74,15 +78,19 @@ def test_a_lease_granted_before_the_gate_closed_is_handed_back_at_begin(gate_on,
         services.begin_side_effect(lease=lease)
 
 
-def test_the_gate_reopens_when_passes_resume_and_dispatches_what_it_held(gate_on, settings, django_capture_on_commit_callbacks):
+def test_the_gate_reopens_when_passes_resume_and_dispatches_what_it_held(gate_on, settings):
     make_job("rot", action="vault.rotate_credential", payload={"name": "db"})
     with pytest.raises(services.ClaimRefused):
         services.claim_job(job_id="rot", worker="w")
     settings.RECKON_DISPATCH = True
-    with django_capture_on_commit_callbacks() as dispatched:
-        record_pass("sweeper")
-        record_pass("reconciler")
-    assert len(dispatched) == 1
+    services.complete_pass("sweeper")
+    assert Job.objects.get(job_id="rot").gated_at is not None  # the reconciler is still stale
+    services.complete_pass("reconciler")
+    queued = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
+    assert [(task["func"], task["args"]) for task in queued] == [(run_job, ("rot",))]
     assert Job.objects.get(job_id="rot").gated_at is None
+    released = LedgerEvent.objects.get(job__job_id="rot", kind=EventKind.GATE_RELEASED)
+    assert (released.actor_type, released.actor) == ("system", "reconciler")
+    assert released.evidence["held_since"]
     lease = services.claim_job(job_id="rot", worker="w")
     services.begin_side_effect(lease=lease)

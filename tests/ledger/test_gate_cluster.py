@@ -7,7 +7,7 @@ from ledger.gate import gate_status
 from ledger.invariants import find_violations
 from ledger.models import Job
 from ledger.services import sweep_expired_leases
-from reconciliation.services import reconcile_until_idle
+from reconciliation.passes import reconcile_until_idle
 from tests.conftest import latest_attempt, make_job, sandbox_env
 from tests.processes import qcluster, wait_for
 

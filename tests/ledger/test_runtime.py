@@ -1,4 +1,4 @@
-"""The worker loop (`ledger.runtime.execute`) with actions registered by the test."""
+"""The worker loop (`ledger.runtime.run_job`) with actions registered by the test."""
 
 import threading
 from datetime import timedelta
@@ -28,7 +28,7 @@ def _action(name: str, executor, **options) -> str:
 ])
 def test_each_outcome_is_recorded(outcome, status, side_effect):
     make_job("j", action=_action("test.fixed", lambda job: outcome))
-    runtime.execute("j", worker="w")
+    runtime.run_job("j", worker="w")
     assert Job.objects.get(job_id="j").status == status
     assert latest_attempt("j").side_effect_state == side_effect
 
@@ -38,7 +38,7 @@ def test_an_executor_that_raises_is_unknown_never_failed():
         raise ConnectionResetError("peer reset after request was sent")
 
     make_job("j", action=_action("test.explodes", explode))
-    assert runtime.execute("j", worker="w") == "unknown"
+    assert runtime.run_job("j", worker="w") == "unknown"
     attempt = latest_attempt("j")
     assert (attempt.execution_state, attempt.side_effect_state) == ("unknown", "ambiguous")
     assert "ConnectionResetError" in attempt.error
@@ -53,15 +53,15 @@ def test_the_executor_gets_the_idempotency_key_and_runs_after_submission():
         return Succeeded()
 
     make_job("j", action=_action("test.record", record))
-    runtime.execute("j", worker="w")
+    runtime.run_job("j", worker="w")
     assert seen == {"key": "test.record:j", "side_effect": "submitted"}
 
 
 def test_a_refused_claim_returns_the_reason_and_calls_nothing():
     calls = []
     make_job("j", action=_action("test.calls", lambda job: calls.append(1) or Succeeded()))
-    runtime.execute("j", worker="w")
-    assert runtime.execute("j", worker="w2") == "refused:duplicate_delivery"
+    runtime.run_job("j", worker="w")
+    assert runtime.run_job("j", worker="w2") == "refused:duplicate_delivery"
     assert calls == [1]
 
 
@@ -70,7 +70,7 @@ def test_identity_is_observed_and_a_mismatch_blocks_before_the_call():
     name = _action("test.bound", lambda job: calls.append(1) or Succeeded(),
                    observe_identity=lambda job: {"account": "someone-else"})
     make_job("j", action=name, identity={"account": "acme"})
-    assert runtime.execute("j", worker="w") == "blocked"
+    assert runtime.run_job("j", worker="w") == "blocked"
     assert calls == []
     assert Job.objects.get(job_id="j").status == "blocked"
 
@@ -81,7 +81,7 @@ def test_an_identity_that_cannot_be_read_fails_the_attempt_retryably():
 
     make_job("j", action=_action("test.unreadable", lambda job: Succeeded(), observe_identity=unreadable),
              identity={"account": "acme"})
-    assert runtime.execute("j", worker="w") == "failed"
+    assert runtime.run_job("j", worker="w") == "failed"
     assert event_kinds("j")[-2:] == ["failed", "attempt_opened"]
 
 
@@ -99,7 +99,7 @@ def test_a_slow_call_keeps_its_lease_alive_and_still_records_its_result():
 
     def work():
         try:
-            done["result"] = runtime.execute("slow", worker="w")
+            done["result"] = runtime.run_job("slow", worker="w")
         finally:
             connection.close()
 

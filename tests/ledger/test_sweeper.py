@@ -63,8 +63,12 @@ def test_the_sweep_command_prints_what_it_did(capsys):
     assert "swept 1 expired lease(s)" in capsys.readouterr().out
 
 
-def test_queued_work_whose_delivery_was_lost_is_dispatched_again(settings, django_capture_on_commit_callbacks):
+def test_queued_work_whose_delivery_was_lost_is_dispatched_again(settings):
     from django.db import connection
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    from ledger.tasks import run_job
 
     make_job("lost-task")  # enqueued, but its run_job task is gone (failed while the database was down)
     make_job("fresh")
@@ -72,9 +76,9 @@ def test_queued_work_whose_delivery_was_lost_is_dispatched_again(settings, djang
         cursor.execute("UPDATE ledger_job SET updated_at = clock_timestamp() - interval '10 minutes' "
                        "WHERE job_id = 'lost-task'")
     settings.RECKON_DISPATCH = True
-    with django_capture_on_commit_callbacks() as dispatched:
-        result = services.sweep_expired_leases()
+    result = services.sweep_expired_leases()
     assert result.redispatched == ["lost-task"]
-    assert len(dispatched) == 1
+    queued = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
+    assert [(task["func"], task["args"]) for task in queued] == [(run_job, ("lost-task",))]
     assert event_kinds("lost-task")[-1] == "redispatched"
     assert services.sweep_expired_leases().redispatched == []  # once per threshold, not every pass

@@ -3,8 +3,9 @@
 import pytest
 
 from ledger.models import Job, LedgerEvent
+from reconciliation.applying import backoff_seconds
 from reconciliation.models import ReconciliationCheck
-from reconciliation.services import backoff_seconds, reconcile_job
+from reconciliation.passes import reconcile_job
 from sandbox.testing import free_port
 from tests.reconciliation.helpers import MAIL, assert_ledger_clean, make_due, unknown_job
 

@@ -10,13 +10,16 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from approvals.models import ApprovalRequest
-from ledger import services
 from ledger.actions import Action, _registry, register
 from ledger.demo_actions import send_mail
 from ledger.models import Job, LedgerEvent
-from reconciliation import services as reconciliation
-from reconciliation.models import ReconciliationCheck
-from reconciliation.reconcilers import Finding, Outcome
+from ledger.services import claim_for_reconciliation
+from ledger.tasks import run_job
+from reconciliation import decisions
+from reconciliation import passes as reconciliation
+from reconciliation.applying import apply_looks
+from reconciliation.lookups import Finding, Lookups
+from reconciliation.models import CheckOutcome, ReconciliationCheck
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
 from tests.reconciliation.helpers import INVOICE, MAIL, assert_ledger_clean, send_message, unknown_job
@@ -30,17 +33,17 @@ PAIR = threading.Barrier(2)
 def meeting_reconciler(job, attempt):
     """Confirms only if three other lookups are in flight at the same moment."""
     BARRIER.wait(timeout=20)
-    return Finding(Outcome.CONFIRMED, "seen while three others were looking", result_ref=f"ref-{job.job_id}")
+    return Finding(CheckOutcome.CONFIRMED, "seen while three others were looking", result_ref=f"ref-{job.job_id}")
 
 
 def pair_reconciler(job, attempt):
     """Confirms only if another lookup is in flight at the same moment (waits briefly for it)."""
     PAIR.wait(timeout=0.5)
-    return Finding(Outcome.CONFIRMED, "seen while another was looking", result_ref=f"ref-{job.job_id}")
+    return Finding(CheckOutcome.CONFIRMED, "seen while another was looking", result_ref=f"ref-{job.job_id}")
 
 
 def unserialisable_reconciler(job, attempt):
-    return Finding(Outcome.CONFIRMED, "found", {"not json": {1, 2}}, result_ref="ref")
+    return Finding(CheckOutcome.CONFIRMED, "found", {"not json": {1, 2}}, result_ref="ref")
 
 
 @pytest.fixture
@@ -125,16 +128,16 @@ def test_a_job_that_changed_between_lookup_and_apply_is_superseded_and_its_look_
     for job_id in ("m1", "m2", "m3"):
         unknown_job(job_id, "mail.send", MAIL)
         send_message(provider, f"mail.send:{job_id}")
-    jobs = reconciliation._claim(limit=10)
-    with reconciliation.Lookups(1, background=False) as pool:
+    jobs = claim_for_reconciliation(limit=10)
+    with Lookups(1, background=False) as pool:
         early, looking = reconciliation._start_lookups(pool, jobs)
     assert not early and len(looking) == 3
     # An operator decides about m2 while the lookups were out: its attempt's version moves on.
     version = latest_attempt("m2").version
-    services.escalate(job_id="m2", user=operator, version=version, note="looking into it myself")
-    decisions = {d.job_id: d for d in reconciliation.apply_looks([future.result() for _, future in looking])}
-    assert decisions["m1"].applied == decisions["m3"].applied == "succeeded"
-    assert (decisions["m2"].outcome, decisions["m2"].applied) == ("confirmed", "superseded")
+    decisions.escalate(job_id="m2", user=operator, version=version, note="looking into it myself")
+    decided = {d.job_id: d for d in apply_looks([future.result() for _, future in looking])}
+    assert decided["m1"].applied == decided["m3"].applied == "succeeded"
+    assert (decided["m2"].outcome, decided["m2"].applied) == ("confirmed", "superseded")
     assert Job.objects.get(job_id="m2").status == "escalated"
     assert ReconciliationCheck.objects.filter(job__job_id="m2", outcome="confirmed").count() == 1
     assert "reconciled_confirmed" not in event_kinds("m2")
@@ -181,7 +184,7 @@ def test_replays_are_queued_for_workers_in_the_same_transaction(provider, settin
     assert [d.applied for d in decisions] == ["replayed"] * 3
     tasks = [SignedPackage.loads(row.payload) for row in OrmQ.objects.order_by("id")]
     assert [(t["func"], t["args"], t["name"]) for t in tasks] == [
-        ("ledger.tasks.run_job", (job_id,), f"run_job:{job_id}") for job_id in ("g1", "g2", "g3")
+        (run_job, (job_id,), f"run_job:{job_id}") for job_id in ("g1", "g2", "g3")
     ]
 
 

@@ -8,7 +8,7 @@ from django.db import connection
 
 from ledger.models import Job
 from reconciliation.models import ReconciliationCheck
-from reconciliation.services import reconcile_due_jobs
+from reconciliation.passes import reconcile_due_jobs
 from tests.reconciliation.helpers import MAIL, assert_ledger_clean, send_message, unknown_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,6 +5,7 @@ import pytest
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.models import Job, LedgerEvent
+from reconciliation import decisions
 from tests.conftest import latest_attempt, make_job
 from tests.reconciliation.helpers import MAIL, assert_ledger_clean, unknown_job
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 def _decide(decision, job_id, user, note="checked the provider's dashboard", version=None):
     version = latest_attempt(job_id).version if version is None else version
-    return getattr(services, decision)(job_id=job_id, version=version, user=user, note=note)
+    return decisions.decide(decision, job_id=job_id, version=version, user=user, note=note)
 
 
 def _blocked_job(job_id):
@@ -77,7 +78,7 @@ def test_escalate_from_the_states_that_need_a_person(provider, operator, status_
             MAIL if status_maker == "unknown" else {"name": "db"},
         )
         if status_maker == "needs_operator":
-            from reconciliation.services import reconcile_job
+            from reconciliation.passes import reconcile_job
 
             reconcile_job(job_id="j1")
     _decide("escalate", "j1", operator, note="needs the vendor")
@@ -91,7 +92,7 @@ def test_retry_reconciliation_puts_the_job_back_in_line_now(provider, operator):
     _decide("retry_reconciliation", "m1", operator, note="vendor says try again")
     job = Job.objects.get(job_id="m1")
     assert job.status == "needs_reconciliation" and job.next_check_at is None and job.check_count == 0
-    from reconciliation.services import reconcile_due_jobs
+    from reconciliation.passes import reconcile_due_jobs
 
     assert [d.job_id for d in reconcile_due_jobs()] == ["m1"]
     assert_ledger_clean()
@@ -124,7 +125,7 @@ def test_a_stale_version_is_refused_with_who_and_when(provider, operator, approv
     seen = latest_attempt("m1").version
     _decide("confirm_effect", "m1", operator, version=seen)
     events_before = LedgerEvent.objects.count()
-    with pytest.raises(services.StaleDecision) as refused:
+    with pytest.raises(decisions.StaleDecision) as refused:
         _decide("mark_not_found", "m1", approver, version=seen)
     message = str(refused.value)
     assert "already resolved by olga (operator) at" in message and "operator_confirmed_effect" in message
@@ -134,12 +135,12 @@ def test_a_stale_version_is_refused_with_who_and_when(provider, operator, approv
 def test_a_decision_the_state_does_not_allow_is_refused_and_changes_nothing(provider, operator):
     make_job("q1")
     before = LedgerEvent.objects.count()
-    with pytest.raises(services.DecisionRefused, match="only an unknown attempt can be confirmed"):
+    with pytest.raises(decisions.DecisionRefused, match="only an unknown attempt can be confirmed"):
         _decide("confirm_effect", "q1", operator)
-    with pytest.raises(services.DecisionRefused, match="cannot be escalated"):
+    with pytest.raises(decisions.DecisionRefused, match="cannot be escalated"):
         _decide("escalate", "q1", operator)
     lease = services.claim_job(job_id="q1", worker="w1")
-    with pytest.raises(services.DecisionRefused, match="running job cannot be cancelled"):
+    with pytest.raises(decisions.DecisionRefused, match="running job cannot be cancelled"):
         _decide("cancel_job", "q1", operator)
     assert LedgerEvent.objects.count() == before + 1  # only the claim
     assert lease.attempt_number == 1
@@ -147,7 +148,7 @@ def test_a_decision_the_state_does_not_allow_is_refused_and_changes_nothing(prov
 
 def test_a_note_is_required(provider, operator):
     unknown_job("m1", "mail.send", MAIL)
-    with pytest.raises(services.DecisionRefused, match="a note is required"):
+    with pytest.raises(decisions.DecisionRefused, match="a note is required"):
         _decide("confirm_effect", "m1", operator, note="   ")
     assert latest_attempt("m1").execution_state == "unknown"
 
@@ -157,7 +158,7 @@ def test_allowed_decisions_follow_the_state(provider, operator):
     unknown_job("m1", "mail.send", MAIL)
     unknown_job("v1", "vault.rotate_credential", {"name": "db"})
     _blocked_job("b1")
-    allowed = {j: services.allowed_decisions(Job.objects.get(job_id=j)) for j in ("q1", "m1", "v1", "b1")}
+    allowed = {j: decisions.allowed_decisions(Job.objects.get(job_id=j)) for j in ("q1", "m1", "v1", "b1")}
     assert allowed["q1"] == ["cancel_job"]
     assert allowed["m1"] == [
         "confirm_effect",
@@ -169,4 +170,4 @@ def test_allowed_decisions_follow_the_state(provider, operator):
     assert allowed["v1"] == ["confirm_effect", "mark_not_found", "escalate", "cancel_job"]
     assert allowed["b1"] == ["mark_not_found", "escalate", "cancel_job"]
     _decide("confirm_effect", "m1", operator)
-    assert services.allowed_decisions(Job.objects.get(job_id="m1")) == []
+    assert decisions.allowed_decisions(Job.objects.get(job_id="m1")) == []

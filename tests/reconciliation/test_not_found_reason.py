@@ -4,9 +4,9 @@ import pytest
 
 from ledger.actions import Action, register
 from ledger.demo_actions import send_mail
-from reconciliation.models import ReconciliationCheck
-from reconciliation.reconcilers import Finding, Outcome
-from reconciliation.services import reconcile_job
+from reconciliation.lookups import Finding
+from reconciliation.models import CheckOutcome, ReconciliationCheck
+from reconciliation.passes import reconcile_job
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import MAIL, unknown_job
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def shrugging_reconciler(job, attempt):
-    return Finding(Outcome.NOT_FOUND, "   ")
+    return Finding(CheckOutcome.NOT_FOUND, "   ")
 
 
 def test_a_not_found_without_a_reason_is_taken_as_unavailable_and_nothing_is_replayed(provider):
@@ -22,7 +22,7 @@ def test_a_not_found_without_a_reason_is_taken_as_unavailable_and_nothing_is_rep
                     reconciler="tests.reconciliation.test_not_found_reason.shrugging_reconciler"))
     job = unknown_job("shrug-1", "test.mail_shrug", MAIL)
     decision = reconcile_job(job_id=job.job_id)
-    assert decision.outcome == Outcome.UNAVAILABLE
+    assert decision.outcome == CheckOutcome.UNAVAILABLE
     check = ReconciliationCheck.objects.get(job=job)
     assert check.outcome == "unavailable" and "without a stated reason" in check.error
     assert job.attempts.count() == 1

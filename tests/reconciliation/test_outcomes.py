@@ -10,8 +10,9 @@ from ledger import services
 from ledger.actions import Action, _registry, register
 from ledger.demo_actions import send_mail
 from ledger.models import Job, LedgerEvent
+from reconciliation import decisions
 from reconciliation.models import ReconciliationCheck
-from reconciliation.services import reconcile_due_jobs, reconcile_job
+from reconciliation.passes import reconcile_due_jobs, reconcile_job
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
 from tests.reconciliation.helpers import (
@@ -151,7 +152,7 @@ def test_an_action_that_cannot_be_queried_goes_to_an_operator_at_once(provider):
 def test_a_look_at_a_job_that_moved_on_changes_nothing(provider, operator):
     unknown_job("m1", MSG, MAIL)
     job = Job.objects.get(job_id="m1")
-    services.escalate(job_id="m1", version=latest_attempt("m1").version, user=operator, note="mine")
+    decisions.escalate(job_id="m1", version=latest_attempt("m1").version, user=operator, note="mine")
     decision = reconcile_job(job_id="m1")
     assert decision.outcome == "superseded" and Job.objects.get(pk=job.pk).status == "escalated"
     assert_ledger_clean()

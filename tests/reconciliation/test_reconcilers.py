@@ -7,7 +7,7 @@ import pytest
 
 from ledger.models import Attempt
 from reconciliation import reconcilers
-from reconciliation.models import Outcome
+from reconciliation.models import CheckOutcome
 from sandbox.testing import free_port
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import (
@@ -47,7 +47,7 @@ def test_it_confirms_an_invoice_found_by_key(provider):
     unknown_job("i1", INV, INVOICE)
     invoice = create_invoice(provider, f"{INV}:i1")
     finding = _look("i1")
-    assert finding.outcome == Outcome.CONFIRMED and finding.result_ref == invoice["id"]
+    assert finding.outcome == CheckOutcome.CONFIRMED and finding.result_ref == invoice["id"]
     assert finding.evidence["lookups"][0]["found"][0]["id"] == invoice["id"]
 
 
@@ -56,7 +56,7 @@ def test_it_confirms_an_invoice_by_marker_when_the_provider_forgot_its_keys(prov
     invoice = create_invoice(provider, f"{INV}:i1")
     forget_keys(provider)
     finding = _look("i1")
-    assert finding.outcome == Outcome.CONFIRMED and finding.result_ref == invoice["id"]
+    assert finding.outcome == CheckOutcome.CONFIRMED and finding.result_ref == invoice["id"]
     by_key, by_marker = finding.evidence["lookups"]
     assert by_key["found"] == [] and by_marker["found"][0]["id"] == invoice["id"]
 
@@ -65,14 +65,14 @@ def test_it_confirms_a_message_by_its_marker_header(provider):
     unknown_job("m1", MSG, MAIL)
     message = send_message(provider, f"{MSG}:m1")
     finding = _look("m1")
-    assert finding.outcome == Outcome.CONFIRMED and finding.result_ref == message["message_id"]
+    assert finding.outcome == CheckOutcome.CONFIRMED and finding.result_ref == message["message_id"]
 
 
 def test_it_confirms_a_post_from_the_bound_account(provider, profile):
     unknown_job("p1", PST, POST, identity=IDENTITY)
     post = publish(provider, f"{PST}:p1")
     finding = _look("p1")
-    assert finding.outcome == Outcome.CONFIRMED and finding.result_ref == post["post_id"]
+    assert finding.outcome == CheckOutcome.CONFIRMED and finding.result_ref == post["post_id"]
 
 
 # -- not found -----------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_not_found_says_why_replay_is_safe(provider, action, payload, identity, 
     unknown_job("j1", action, payload, identity=identity)
     send_message(provider, f"{MSG}:someone-else")  # other jobs' effects are not ours
     finding = _look("j1")
-    assert finding.outcome == Outcome.NOT_FOUND
+    assert finding.outcome == CheckOutcome.NOT_FOUND
     assert says in finding.reason
 
 
@@ -104,7 +104,7 @@ def test_an_unreachable_provider_is_unavailable_not_not_found(provider, settings
     unknown_job("j1", action, payload)
     setattr(settings, f"RECKON_{url}_URL", f"http://127.0.0.1:{free_port()}")
     finding = _look("j1")
-    assert finding.outcome == Outcome.UNAVAILABLE and "could not connect" in finding.reason
+    assert finding.outcome == CheckOutcome.UNAVAILABLE and "could not connect" in finding.reason
 
 
 def test_a_lookup_that_times_out_is_unavailable(provider, settings):
@@ -116,14 +116,14 @@ def test_a_lookup_that_times_out_is_unavailable(provider, settings):
         finding = _look("m1")
     finally:
         os.kill(provider.pid, signal.SIGCONT)
-    assert finding.outcome == Outcome.UNAVAILABLE and "timed out" in finding.reason.lower()
+    assert finding.outcome == CheckOutcome.UNAVAILABLE and "timed out" in finding.reason.lower()
 
 
 def test_a_provider_error_answer_is_unavailable(provider, settings):
     unknown_job("i1", INV, INVOICE)
     settings.RECKON_BILLING_URL = provider.url + "/no-such-prefix"  # the provider answers 404
     finding = _look("i1")
-    assert finding.outcome == Outcome.UNAVAILABLE and "404" in finding.reason
+    assert finding.outcome == CheckOutcome.UNAVAILABLE and "404" in finding.reason
 
 
 # -- conflicts -----------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_an_invoice_for_our_key_with_other_terms_is_a_conflict(provider, field):
     other = {"amount_cents": 999, "currency": "USD", "customer": "cus_other"}[field]
     create_invoice(provider, f"{INV}:i1", {**INVOICE, field: other})
     finding = _look("i1")
-    assert finding.outcome == Outcome.CONFLICT and field in finding.reason
+    assert finding.outcome == CheckOutcome.CONFLICT and field in finding.reason
     assert finding.evidence["differences"][field] == {"expected": INVOICE[field], "provider": other}
 
 
@@ -144,14 +144,14 @@ def test_a_message_with_our_marker_but_other_content_is_a_conflict(provider, fie
     unknown_job("m1", MSG, MAIL)
     send_message(provider, f"{MSG}:m1", {**MAIL, field: "other@example.com" if field == "to" else "other"})
     finding = _look("m1")
-    assert finding.outcome == Outcome.CONFLICT and field in finding.evidence["differences"]
+    assert finding.outcome == CheckOutcome.CONFLICT and field in finding.evidence["differences"]
 
 
 def test_a_post_with_another_body_is_a_conflict(provider, profile):
     unknown_job("p1", PST, POST, identity=IDENTITY)
     publish(provider, f"{PST}:p1", body="something else")
     finding = _look("p1")
-    assert finding.outcome == Outcome.CONFLICT and "body" in finding.evidence["differences"]
+    assert finding.outcome == CheckOutcome.CONFLICT and "body" in finding.evidence["differences"]
 
 
 def test_a_post_made_from_another_account_is_a_conflict(provider, profile):
@@ -159,7 +159,7 @@ def test_a_post_made_from_another_account_is_a_conflict(provider, profile):
     set_profile(provider, IDENTITY["profile"], "@intruder")  # the profile was logged into another account
     publish(provider, f"{PST}:p1")
     finding = _look("p1")
-    assert finding.outcome == Outcome.CONFLICT and "@intruder" in finding.reason
+    assert finding.outcome == CheckOutcome.CONFLICT and "@intruder" in finding.reason
     assert finding.evidence["identity_differences"]["account"]["provider"] == "@intruder"
 
 
@@ -169,7 +169,7 @@ def test_two_invoices_for_one_marker_are_a_conflict(provider):
     create_invoice(provider, f"{INV}:i1")
     create_invoice(provider, f"{INV}:i1")
     finding = _look("i1")
-    assert finding.outcome == Outcome.CONFLICT and "2 invoices" in finding.reason
+    assert finding.outcome == CheckOutcome.CONFLICT and "2 invoices" in finding.reason
 
 
 @pytest.mark.parametrize(("action", "payload", "make"), [(MSG, MAIL, "message"), (PST, POST, "post")])
@@ -179,7 +179,7 @@ def test_two_effects_for_one_marker_are_a_conflict(provider, profile, action, pa
     for _ in range(2):
         send_message(provider, f"{MSG}:j1") if make == "message" else publish(provider, f"{PST}:j1")
     finding = _look("j1")
-    assert finding.outcome == Outcome.CONFLICT and f"2 {make}s" in finding.reason
+    assert finding.outcome == CheckOutcome.CONFLICT and f"2 {make}s" in finding.reason
 
 
 def test_a_reported_object_missing_at_the_provider_is_a_conflict_not_not_found(provider):
@@ -187,4 +187,4 @@ def test_a_reported_object_missing_at_the_provider_is_a_conflict_not_not_found(p
     # The attempt's record says the provider answered with a message id, yet no message has the marker.
     Attempt.objects.filter(job=job).update(result_ref="<gone@sandbox.local>")
     finding = _look("m1")
-    assert finding.outcome == Outcome.CONFLICT and "<gone@sandbox.local>" in finding.reason
+    assert finding.outcome == CheckOutcome.CONFLICT and "<gone@sandbox.local>" in finding.reason

@@ -14,7 +14,7 @@ from django.db import connection
 
 from ledger import services
 from ledger.models import Job, LedgerEvent
-from ledger.runtime import execute
+from ledger.runtime import run_job
 from tests.conftest import expire_lease, latest_attempt, make_job
 from tests.reconciliation.helpers import INVOICE, MAIL, assert_ledger_clean
 
@@ -51,7 +51,7 @@ def _pg(tool: str, *args: str) -> None:
 
 def test_after_a_restore_no_effect_is_repeated_and_every_job_ends_right(provider, tmp_path):
     make_job("done", action=MSG, payload=MAIL)
-    assert execute("done") == "succeeded"
+    assert run_job("done") == "succeeded"
     for job_id, action, payload in [
         ("inv-later", INV, INVOICE),
         ("mail-lost", MSG, MAIL),
@@ -64,9 +64,9 @@ def test_after_a_restore_no_effect_is_repeated_and_every_job_ends_right(provider
     _pg("pg_dump", "-Fc", "-f", str(backup))
 
     # After the backup, the world moves on.
-    assert execute("inv-later") == "succeeded"
+    assert run_job("inv-later") == "succeeded"
     provider.request("PUT", "/_admin/faults", {"rates": {"drop_after_commit": 1.0}})
-    assert execute("mail-lost") == "unknown"  # sent, answer lost
+    assert run_job("mail-lost") == "unknown"  # sent, answer lost
     provider.request("PUT", "/_admin/faults", {"rates": {}})
     services.begin_side_effect(lease=stale)
     services.record_success(lease=stale, result_ref="sent-before-restore")
@@ -91,9 +91,9 @@ def test_after_a_restore_no_effect_is_repeated_and_every_job_ends_right(provider
     expire_lease("mail-running")  # its worker is long gone
     services.sweep_expired_leases()
     call_command("reconcile", "--once")
-    assert execute("inv-idle") == "succeeded"
+    assert run_job("inv-idle") == "succeeded"
     for job_id in ("inv-later", "mail-lost", "mail-running"):
-        assert execute(job_id).startswith("refused")  # nothing left to run
+        assert run_job(job_id).startswith("refused")  # nothing left to run
 
     statuses = dict(Job.objects.values_list("job_id", "status"))
     assert set(statuses.values()) == {"succeeded"}, statuses

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from reconciliation.services import reconcile_until_idle
+from reconciliation.passes import reconcile_until_idle
 
 
 class Command(BaseCommand):

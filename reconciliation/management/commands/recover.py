@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from reconciliation.services import hold_for_recovery, reconcile_until_idle
+from reconciliation.passes import reconcile_until_idle
+from reconciliation.recovery import hold_for_recovery
 
 
 class Command(BaseCommand):

@@ -1,5 +1,8 @@
 """Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel.
 
+The rules they apply are the reconciler's (`reconciliation.resolution`); this module adds what a
+person's decision needs around them.
+
 Each takes the latest attempt's `version` the operator saw: if the job moved on since, the
 decision is refused with who changed it and when, and nothing changes. A decision the state
 does not allow is refused with the reason. Every accepted decision writes its event (actor type
@@ -12,17 +15,12 @@ from django.db import transaction
 
 from ledger.actions import get_action
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services.core import (
-    LedgerError,
-    latest_attempt,
-    lock_job,
-    open_next_attempt,
-    transition,
-    trigger_reconciliation,
-)
-from ledger.states import FINISHED_JOB, ActorType, Execution, JobStatus, SideEffect
+from ledger.services import Batch, LedgerError, latest_attempt, lock_job
+from ledger.states import FINISHED_JOB, EventKind, Execution, JobStatus
+from reconciliation import resolution
+from reconciliation.models import ReconciliationCheck
+from reconciliation.resolution import By
 
-DECISIONS = ("confirm_effect", "mark_not_found", "escalate", "retry_reconciliation", "cancel_job")
 ESCALATABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.BLOCKED)
 RECONCILABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED)
 
@@ -65,58 +63,25 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
 
 def confirm_effect(*, job_id: str, version: int, user, note: str) -> Attempt:
     """The operator has evidence the effect happened: the attempt succeeded, never replayed."""
-    with _deciding("confirm_effect", job_id, version, user, note) as (job, attempt, note):
-        _resolved(job)
-        transition(
-            job,
-            attempt,
-            **_by(user),
-            kind="operator_confirmed_effect",
-            job_status=JobStatus.SUCCEEDED,
-            execution_state=Execution.SUCCEEDED,
-            side_effect_state=SideEffect.CONFIRMED,
-            note=note,
-        )
+    with _deciding("confirm_effect", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.confirm(batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_CONFIRMED_EFFECT,
+                           note=note)
     return attempt
 
 
 def mark_not_found(*, job_id: str, version: int, user, note: str) -> Attempt:
     """Nothing happened: replay with the same key, or for an irreversible action ask for approval."""
-    with _deciding("mark_not_found", job_id, version, user, note) as (job, attempt, note):
-        _resolved(job)
-        transition(
-            job,
-            attempt,
-            **_by(user),
-            kind="operator_marked_not_found",
-            execution_state=Execution.FAILED,
-            side_effect_state=(
-                SideEffect.NOT_FOUND
-                if attempt.side_effect_state == SideEffect.AMBIGUOUS
-                else SideEffect.NOT_ATTEMPTED
-            ),
-            note=note,
+    with _deciding("mark_not_found", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.not_found(
+            batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_MARKED_NOT_FOUND, note=note,
+            approval_reason=f"{user.get_username()} marked the effect not found: {note}",
+            approval_evidence=_operator_evidence(job, attempt, user, note),
         )
-        if get_action(job.action).reversible:
-            open_next_attempt(job, attempt, **_by(user), note=f"replay with the same key: {note}")
-        else:
-            from approvals.services import open_approval_request
-
-            open_approval_request(
-                job,
-                attempt,
-                requested_by=user,
-                **_by(user),
-                reason=f"{user.get_username()} marked the effect not found: {note}",
-                evidence=_operator_evidence(job, attempt, user, note),
-            )
     return attempt
 
 
 def _operator_evidence(job, attempt, user, note: str) -> dict:
     """What the approver should see: who said "not found", on what, and what the lookups said."""
-    from reconciliation.models import ReconciliationCheck
-
     checks = ReconciliationCheck.objects.filter(job=job).order_by("-id")[:5]
     return {
         "marked_not_found_by": user.get_username(),
@@ -131,53 +96,45 @@ def _operator_evidence(job, attempt, user, note: str) -> dict:
 
 
 def escalate(*, job_id: str, version: int, user, note: str) -> Attempt:
-    with _deciding("escalate", job_id, version, user, note) as (job, attempt, note):
-        transition(
-            job, attempt, **_by(user), kind="operator_escalated", job_status=JobStatus.ESCALATED, note=note
-        )
+    with _deciding("escalate", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.escalate(batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_ESCALATED, note=note)
     return attempt
 
 
 def retry_reconciliation(*, job_id: str, version: int, user, note: str) -> Attempt:
     """Back to the reconciler now, with a fresh bound of checks."""
-    with _deciding("retry_reconciliation", job_id, version, user, note) as (job, attempt, note):
-        Job.objects.filter(pk=job.pk).update(next_check_at=None, check_count=0)
-        transition(
-            job,
-            attempt,
-            **_by(user),
-            kind="operator_retried_reconciliation",
-            job_status=JobStatus.NEEDS_RECONCILIATION,
-            note=note,
-        )
-        trigger_reconciliation()  # also when the job was already waiting for it
+    with _deciding("retry_reconciliation", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.retry_reconciliation(batch, job, attempt, by=By.person(user), note=note)
     return attempt
 
 
 def cancel_job(*, job_id: str, version: int, user, note: str) -> Attempt:
     """No more attempts. A queued attempt is closed as not attempted; an unknown one stays unknown."""
-    with _deciding("cancel_job", job_id, version, user, note) as (job, attempt, note):
-        from approvals.services import withdraw_pending_for
-
-        _resolved(job)
-        withdraw_pending_for(job, **_by(user), note=f"job cancelled: {note}")
-        closing = (
-            {"execution_state": Execution.FAILED} if attempt.execution_state == Execution.NOT_STARTED else {}
-        )
-        transition(
-            job,
-            attempt,
-            **_by(user),
-            kind="operator_cancelled",
-            job_status=JobStatus.CANCELLED,
-            note=note,
-            **closing,
-        )
+    with _deciding("cancel_job", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.cancel(batch, job, attempt, by=By.person(user), note=note)
     return attempt
 
 
+# Every decision by name, in the order the console shows them.
+DECISIONS = {
+    "confirm_effect": confirm_effect,
+    "mark_not_found": mark_not_found,
+    "escalate": escalate,
+    "retry_reconciliation": retry_reconciliation,
+    "cancel_job": cancel_job,
+}
+
+
+def decide(decision: str, *, job_id: str, version: int, user, note: str) -> Attempt:
+    """The decision called `decision` (one of DECISIONS), as a form names it."""
+    if decision not in DECISIONS:
+        raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
+    return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+
+
 class _deciding:
-    """Lock the job, refuse stale or disallowed decisions, and hold one transaction open."""
+    """Lock the job, refuse stale or disallowed decisions, hold one transaction open, and write
+    the decision's batch when the block ends."""
 
     def __init__(self, decision: str, job_id: str, version: int, user, note: str):
         if not isinstance(note, str) or not note.strip():
@@ -185,6 +142,7 @@ class _deciding:
         self.decision, self.job_id, self.version, self.note = decision, job_id, version, note.strip()
         self.user = user
         self.atomic = transaction.atomic()
+        self.batch = Batch()
 
     def __enter__(self):
         self.atomic.__enter__()
@@ -205,17 +163,13 @@ class _deciding:
         except BaseException as exc:
             self.atomic.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        return job, attempt, self.note
+        return self.batch, job, attempt, self.note
 
     def __exit__(self, *exc):
+        try:
+            if exc[0] is None:
+                self.batch.flush()
+        except BaseException as error:
+            self.atomic.__exit__(type(error), error, error.__traceback__)
+            raise
         return self.atomic.__exit__(*exc)
-
-
-def _by(user) -> dict:
-    return {"actor": user.get_username(), "actor_type": ActorType.OPERATOR}
-
-
-def _resolved(job: Job) -> None:
-    """A person has decided: reconciliation and any recovery hold are over for this job."""
-    Job.objects.filter(pk=job.pk).update(next_check_at=None, check_count=0, recovery_pending=False)
-    job.recovery_pending = False

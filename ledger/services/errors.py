@@ -1,0 +1,32 @@
+"""What the transition layer refuses. A refusal leaves the ledger unchanged, except for the
+event that records it (written and committed before the exception is raised)."""
+
+
+class LedgerError(Exception):
+    """A refused operation. The ledger is unchanged except for the event recording the refusal."""
+
+
+class InvalidJob(LedgerError):
+    pass
+
+
+class JobConflict(LedgerError):
+    pass
+
+
+class ClaimRefused(LedgerError):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class StaleLease(LedgerError):
+    """A write by a worker whose lease is no longer the current one: rejected and recorded."""
+
+
+class IdentityMismatch(LedgerError):
+    pass
+
+
+class GateClosed(LedgerError):
+    """The dead-man gate holds irreversible side effects; the attempt went back to the queue."""

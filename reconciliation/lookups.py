@@ -1,0 +1,105 @@
+"""Looking unknown work up at its provider: with no lock held and no open transaction.
+
+A reconciler (the action's `reconciler`, a dotted path) takes the job and the attempt in
+question and returns a `Finding`. Lookups run a few at a time (`Lookups`), so a slow provider
+never holds a row lock against workers or operators; what a reconciler needs from the ledger is
+read beforehand.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from ledger.models import Attempt, Job
+from reconciliation.models import CheckOutcome
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a reconciler saw at the provider."""
+
+    outcome: str  # a CheckOutcome
+    reason: str  # for not_found: why a replay is safe; otherwise what was seen
+    evidence: dict = field(default_factory=dict)
+    result_ref: str = ""
+
+
+@dataclass(frozen=True)
+class Look:
+    """One job looked up: the attempt it was about and what was found (None: not queryable)."""
+
+    job: Job
+    attempt: Attempt
+    reconciler: str | None
+    finding: Finding | None
+    duration_ms: int = 0
+
+
+def look_up(job: Job, attempt: Attempt, reconciler: str) -> Look:
+    """Ask the provider (no lock, no transaction) and say what that proves."""
+    started = time.monotonic()
+    try:
+        finding = import_string(reconciler)(job, attempt)
+    except Exception as exc:  # a broken reconciler proves nothing either
+        finding = Finding(CheckOutcome.UNAVAILABLE, f"reconciler raised {type(exc).__name__}: {exc}")
+    if finding.outcome == CheckOutcome.NOT_FOUND and not finding.reason.strip():
+        # "Not found" must say why a replay is safe; a lookup that cannot say so proves nothing.
+        finding = Finding(CheckOutcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
+                          evidence=finding.evidence)
+    return Look(job, attempt, reconciler, finding, int((time.monotonic() - started) * 1000))
+
+
+def default_concurrency() -> int:
+    """How many provider lookups a pass runs at once (RECKON_RECONCILE_CONCURRENCY, default 4)."""
+    return max(1, settings.RECKON_RECONCILE_CONCURRENCY)
+
+
+class Lookups:
+    """Runs provider lookups, `size` at a time: in `size` threads, so that they go on while the
+    caller does something else, or, with `background=False` and a size of 1, inline at submit.
+
+    A lookup thread uses no database connection; should a reconciler open one anyway, it is
+    closed when its lookup ends.
+    """
+
+    def __init__(self, size: int | None = None, *, background: bool = True):
+        self.size = max(1, size if size is not None else default_concurrency())
+        threads = background or self.size > 1
+        self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="reckon-lookup") if threads else None
+
+    def submit(self, fn, *args) -> Future:
+        if self._pool is not None:
+            return self._pool.submit(_in_lookup_thread, fn, *args)
+        future = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+            future.set_exception(exc)
+        return future
+
+    def map(self, fn, items) -> list:
+        return [future.result() for future in [self.submit(fn, item) for item in items]]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Lookups:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _in_lookup_thread(fn, *args):
+    try:
+        return fn(*args)
+    finally:
+        for opened in connections.all(initialized_only=True):
+            opened.close()

@@ -1,0 +1,144 @@
+"""How unknown work is resolved: one set of rules for the reconciler and for operators.
+
+Whoever establishes what happened to an attempt — the reconciler from the provider's answer
+(`reconciliation.applying`), or a person in the console (`reconciliation.decisions`) — resolves
+it here, through the transition layer's `Batch`, under the job lock:
+
+- **confirmed**: the attempt succeeded; the job is done and never replayed.
+- **not found**: the attempt failed and did nothing. A reversible action is replayed with the
+  same idempotency key; an irreversible one waits for a second person's approval.
+- **conflict** / **escalated**: a person must look; nothing is replayed.
+- **to an operator**: the reconciler cannot tell (not queryable, or gave up after its bound).
+- **cancelled**: no more attempts; a pending approval is withdrawn.
+- **released**: after a restore, a queued attempt the provider never saw may run.
+
+Each also ends reconciliation's schedule and any recovery hold (`_resolved`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+
+from approvals.services import open_approval_request, withdraw_pending_for
+from ledger.actions import get_action
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.services import Batch, trigger_reconciliation
+from ledger.states import ActorType, EventKind, Execution, JobStatus, SideEffect
+
+
+@dataclass(frozen=True)
+class By:
+    """Who resolves: an actor name and type, and the person (a user) if it is one."""
+
+    actor: str
+    actor_type: str
+    user: object = None
+
+    @classmethod
+    def person(cls, user) -> By:
+        return cls(user.get_username(), ActorType.OPERATOR, user)
+
+    @property
+    def fields(self) -> dict:
+        return {"actor": self.actor, "actor_type": self.actor_type}
+
+
+def confirm(batch: Batch, job: Job, attempt: Attempt, *, by: By, kind: EventKind, note: str,
+            evidence: dict | None = None, result_ref: str = "") -> None:
+    """The effect happened: the attempt succeeded and the job is done, never replayed."""
+    _resolved(batch, job)
+    batch.transition(
+        job, attempt, **by.fields, kind=kind, job_status=JobStatus.SUCCEEDED,
+        execution_state=Execution.SUCCEEDED, side_effect_state=SideEffect.CONFIRMED,
+        result_ref=result_ref[:500], note=note, evidence=evidence,
+    )
+
+
+def not_found(batch: Batch, job: Job, attempt: Attempt, *, by: By, kind: EventKind, note: str,
+              evidence: dict | None = None, approval_reason: str, approval_evidence: dict | None = None) -> str:
+    """Nothing happened: replay with the same key, or for an irreversible action ask a second
+    person. Returns what followed: "replayed", "failed" (no attempt left) or "awaiting_approval"."""
+    _resolved(batch, job)
+    batch.transition(
+        job, attempt, **by.fields, kind=kind, execution_state=Execution.FAILED,
+        side_effect_state=(
+            SideEffect.NOT_FOUND if attempt.side_effect_state == SideEffect.AMBIGUOUS else SideEffect.NOT_ATTEMPTED
+        ),
+        note=note, evidence=evidence,
+    )
+    if get_action(job.action).reversible:
+        replay = batch.open_next_attempt(job, attempt, **by.fields, note=f"replay with the same key: {note}")
+        return "replayed" if replay else "failed"
+    open_approval_request(
+        batch, job, attempt, requested_by=by.user or _person_behind(job, attempt), **by.fields,
+        reason=approval_reason, evidence=approval_evidence if approval_evidence is not None else evidence,
+    )
+    return "awaiting_approval"
+
+
+def escalate(batch: Batch, job: Job, attempt: Attempt, *, by: By, kind: EventKind, note: str,
+             evidence: dict | None = None) -> None:
+    """A person must look (an operator's call, or the provider's answer contradicts the job)."""
+    _resolved(batch, job)
+    batch.transition(job, attempt, **by.fields, kind=kind, job_status=JobStatus.ESCALATED, note=note,
+                     evidence=evidence, **_closing_queued(attempt, note))
+
+
+def to_operator(batch: Batch, job: Job, attempt: Attempt, *, by: By, kind: EventKind, note: str,
+                evidence: dict | None = None) -> None:
+    """The reconciler cannot tell: a person must establish what happened."""
+    _resolved(batch, job)
+    batch.transition(job, attempt, **by.fields, kind=kind, job_status=JobStatus.NEEDS_OPERATOR, note=note,
+                     evidence=evidence, **_closing_queued(attempt, note))
+
+
+def release_from_recovery(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str,
+                          evidence: dict | None = None) -> None:
+    """After a restore, the queued attempt was never sent (the provider has no trace of it): it may run."""
+    _resolved(batch, job)
+    batch.record_unchanged(job, attempt, **by.fields, kind=EventKind.RECOVERY_RELEASED,
+                           note=f"released for work: {note}", evidence=evidence)
+    batch.dispatch_run(job)
+
+
+def cancel(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str) -> None:
+    """No more attempts. A queued attempt is closed as not attempted; an unknown one stays unknown."""
+    _resolved(batch, job)
+    withdraw_pending_for(job, **by.fields, note=f"job cancelled: {note}")
+    closing = {"execution_state": Execution.FAILED} if attempt.execution_state == Execution.NOT_STARTED else {}
+    batch.transition(job, attempt, **by.fields, kind=EventKind.OPERATOR_CANCELLED,
+                     job_status=JobStatus.CANCELLED, note=note, **closing)
+
+
+def retry_reconciliation(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str) -> None:
+    """Back to the reconciler now, with a fresh bound of checks."""
+    batch.update_job(job, next_check_at=None, check_count=0)
+    batch.transition(job, attempt, **by.fields, kind=EventKind.OPERATOR_RETRIED_RECONCILIATION,
+                     job_status=JobStatus.NEEDS_RECONCILIATION, note=note)
+    trigger_reconciliation()  # also when the job was already waiting for it
+
+
+def _resolved(batch: Batch, job: Job) -> None:
+    """Reconciliation and any recovery hold are over for this job."""
+    batch.update_job(job, next_check_at=None, check_count=0, recovery_pending=False)
+
+
+def _closing_queued(attempt: Attempt, note: str) -> dict:
+    """A queued attempt held for recovery did nothing: it is closed. An unknown one stays unknown."""
+    if attempt.execution_state == Execution.NOT_STARTED:
+        return {"execution_state": Execution.FAILED, "error": note}
+    return {}
+
+
+def _person_behind(job: Job, attempt: Attempt):
+    """The operator whose "Retry reconciliation" sent this attempt back to the reconciler, if any:
+    the person whose action led to what the reconciler asks approval for."""
+    retried = (
+        LedgerEvent.objects.filter(job=job, attempt=attempt, kind=EventKind.OPERATOR_RETRIED_RECONCILIATION)
+        .order_by("-id").values_list("actor", flat=True).first()
+    )
+    if retried is None:
+        return None
+    return get_user_model().objects.filter(username=retried).first()
