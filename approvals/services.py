@@ -169,7 +169,7 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     return request
 
 
-def expire_due(*, actor: str = "approval-expiry") -> int:
+def expire_due_approvals(*, actor: str = "approval-expiry") -> int:
     """Pending requests past their expiry become expired; their jobs need an operator."""
     due = list(
         ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=ClockTimestamp())

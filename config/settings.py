@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "template_partials",
     "pgtrigger",
     "django_q",
+    "config",  # the project's own wiring: the periodic schedules (config/schedules.py)
     "ledger",
     "reconciliation",
     "approvals",

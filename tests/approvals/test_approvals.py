@@ -122,7 +122,7 @@ def test_expired_requests_are_closed(requested, approver):
         cursor.execute("UPDATE approvals_approvalrequest SET expires_at = now() - interval '1 minute'")
     with pytest.raises(approvals.ApprovalRefused, match="expired"):
         approvals.approve(request_id=requested.pk, user=approver, note="late")
-    assert approvals.expire_due() == 1
+    assert approvals.expire_due_approvals() == 1
     requested.refresh_from_db()
     assert requested.status == "expired" and Job.objects.get(job_id="v1").status == "needs_operator"
     assert LedgerEvent.objects.filter(job__job_id="v1").last().actor_type == "system"

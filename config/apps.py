@@ -1,0 +1,21 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ReckonConfig(AppConfig):
+    """The project itself: wiring that belongs to no one app (the periodic schedules)."""
+
+    name = "config"
+
+    def ready(self) -> None:
+        post_migrate.connect(_sync_schedules, dispatch_uid="reckon.sync_schedules")
+
+
+def _sync_schedules(sender, using="default", **kwargs) -> None:
+    # post_migrate is sent once per installed app with models, after the whole migration plan;
+    # django-q2's signal is the one that guarantees its schedule table exists.
+    if sender.label != "django_q":
+        return
+    from config.schedules import sync_schedules
+
+    sync_schedules(using)
