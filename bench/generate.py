@@ -357,7 +357,7 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
                 event(attempt_id, "observation_lost", _states("running", number, "leased", "running", "submitted"),
                       _states("needs_reconciliation", number, *final), note="read timeout after 10 s")
                 if status != "needs_reconciliation":
-                    event(attempt_id, status if status == "escalated" else "needs_operator",
+                    event(attempt_id, "reconciled_conflict" if status == "escalated" else "reconciliation_gave_up",
                           _states("needs_reconciliation", number, *final), _states(status, number, *final),
                           actor_type="reconciler", actor="reconciler", note="handed to a human")
             version = 4

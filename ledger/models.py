@@ -17,6 +17,7 @@ from ledger.states import (
     UNKNOWN_WORK,
     ActorType,
     Delivery,
+    EventKind,
     Execution,
     JobStatus,
     SideEffect,
@@ -196,7 +197,7 @@ class LedgerEvent(models.Model):
     at = models.DateTimeField(db_default=Now())
     actor_type = models.CharField(max_length=16, choices=ActorType.choices)
     actor = models.CharField(max_length=200)
-    kind = models.CharField(max_length=64)
+    kind = models.CharField(max_length=64, choices=EventKind.choices)
     before = models.JSONField(default=dict, blank=True)
     after = models.JSONField(default=dict, blank=True)
     note = models.TextField(blank=True, default="")
@@ -208,6 +209,7 @@ class LedgerEvent(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=_one_of("actor_type", ActorType), name="event_actor_type_valid"),
+            models.CheckConstraint(condition=_one_of("kind", EventKind), name="event_kind_valid"),
         ]
         indexes = [
             models.Index(fields=["job", "id"], name="event_job_id"),

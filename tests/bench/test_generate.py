@@ -62,7 +62,7 @@ def test_the_python_chain_equals_the_one_the_trigger_computes():
              datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)]
     for n, value in enumerate(AWKWARD_JSON[:7]):
         LedgerEvent.objects.create(job=job, attempt=attempt if n % 2 else None, at=times[n % len(times)],
-                                   actor_type="system", actor=f"tester-{n} ✓", kind="note", before=value,
+                                   actor_type="system", actor=f"tester-{n} ✓", kind="lease_renewed", before=value,
                                    after=AWKWARD_JSON[n + 1], note=f"note {n}\twith\ttabs 'and' \"quotes\"",
                                    evidence={"n": n, "why": "because"})
     previous = ""

@@ -83,3 +83,10 @@ def test_history_cannot_be_rewritten_through_the_orm():
     with pytest.raises(DatabaseError), transaction.atomic():
         LedgerEvent.objects.all().delete()
     assert LedgerEvent.objects.count() == 1
+
+
+def test_an_event_of_a_kind_outside_the_vocabulary_is_refused():
+    job = make_job("j")
+    with pytest.raises(IntegrityError, match="event_kind_valid"):
+        _sql("INSERT INTO ledger_ledgerevent (job_id, actor_type, actor, kind, \"before\", \"after\", note, evidence) "
+             "VALUES (%s, 'system', 'x', 'made_up', '{}', '{}', '', '{}')", [job.pk])
