@@ -97,38 +97,18 @@ def expire_lease(
         "fencing_token": attempt.lease_token,
         "lease_expires_at": attempt.lease_expires_at.isoformat(),
     }
+    common = {"actor_type": actor_type, "actor": actor, "delivery_state": Delivery.DEAD_LETTERED, "evidence": expired}
     with Batch() as batch:
         if attempt.side_effect_state == SideEffect.SUBMITTED:
             note = (
                 f"lease of {attempt.lease_owner} expired after the side effect was submitted: "
                 "whether it happened is unknown"
             )
-            batch.transition(
-                job,
-                attempt,
-                actor_type=actor_type,
-                actor=actor,
-                kind=EventKind.LEASE_EXPIRED_UNKNOWN,
-                job_status=JobStatus.NEEDS_RECONCILIATION,
-                delivery_state=Delivery.DEAD_LETTERED,
-                execution_state=Execution.UNKNOWN,
-                side_effect_state=SideEffect.AMBIGUOUS,
-                error=note,
-                note=note,
-                evidence=expired,
-            )
+            batch.transition(job, attempt, **common, kind=EventKind.LEASE_EXPIRED_UNKNOWN,
+                             job_status=JobStatus.NEEDS_RECONCILIATION, execution_state=Execution.UNKNOWN,
+                             side_effect_state=SideEffect.AMBIGUOUS, error=note, note=note)
             return None
         note = f"lease of {attempt.lease_owner} expired before any side effect; safe to run again"
-        batch.transition(
-            job,
-            attempt,
-            actor_type=actor_type,
-            actor=actor,
-            kind=EventKind.LEASE_EXPIRED_RECLAIMED,
-            delivery_state=Delivery.DEAD_LETTERED,
-            execution_state=Execution.FAILED,
-            error=note,
-            note=note,
-            evidence=expired,
-        )
+        batch.transition(job, attempt, **common, kind=EventKind.LEASE_EXPIRED_RECLAIMED,
+                         execution_state=Execution.FAILED, error=note, note=note)
         return batch.open_next_attempt(job, attempt, actor=actor, actor_type=actor_type, dispatch=dispatch)

@@ -141,74 +141,43 @@ def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
 
 def renew_lease(*, lease: Lease) -> Lease:
     """Extend a lease that is still ours and still valid; a stale one is rejected."""
-    with transaction.atomic():
-        job, attempt, stale = _held(lease, "renew_lease", require_unexpired=True)
-        if not stale:
-            expires = job.db_now + get_action(job.action).lease_ttl
-            transition(
-                job,
-                attempt,
-                actor_type=ActorType.WORKER,
-                actor=lease.owner,
-                kind=EventKind.LEASE_RENEWED,
-                lease_expires_at=expires,
-                heartbeat_at=job.db_now,
-                evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()},
-            )
-    if stale:
-        raise StaleLease(stale)
-    return _lease_of(job, attempt)
+
+    def renew(job: Job, attempt: Attempt) -> None:
+        expires = job.db_now + get_action(job.action).lease_ttl
+        transition(job, attempt, **_by(lease), kind=EventKind.LEASE_RENEWED, lease_expires_at=expires,
+                   heartbeat_at=job.db_now, evidence={"fencing_token": lease.token, "expires_at": expires.isoformat()})
+
+    attempt, _ = _while_held(lease, "renew_lease", renew, require_unexpired=True)
+    return _lease_of(attempt.job, attempt)
 
 
 def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
     """Record who the worker really runs as; a mismatch with the job's binding blocks it."""
     observed = json_object("observed identity", observed)
-    with transaction.atomic():
-        job, attempt, stale = _held(lease, "verify_identity", require_unexpired=True)
-        if not stale:
-            if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
-                raise LedgerError(
-                    f"attempt {attempt.number}: identity must be verified before the side effect begins "
-                    f"(it is already {attempt.side_effect_state})"
-                )
-            mismatched = {
-                k: {"expected": v, "observed": observed.get(k)}
-                for k, v in job.identity.items()
-                if observed.get(k) != v
-            }
-            if mismatched:
-                note = "identity mismatch: " + ", ".join(
-                    f"{k} is {d['observed']!r}, job is bound to {d['expected']!r}"
-                    for k, d in mismatched.items()
-                )
-                transition(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=lease.owner,
-                    kind=EventKind.IDENTITY_MISMATCH,
-                    job_status=JobStatus.BLOCKED,
-                    delivery_state=Delivery.ACKNOWLEDGED,
-                    execution_state=Execution.BLOCKED,
-                    observed_identity=observed,
-                    error=note,
-                    note=note,
-                    evidence={"binding": job.identity, "observed": observed},
-                )
-            else:
-                transition(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=lease.owner,
-                    kind=EventKind.IDENTITY_VERIFIED,
-                    observed_identity=observed,
-                    evidence={"binding": job.identity, "observed": observed},
-                )
-    if stale:
-        raise StaleLease(stale)
-    if mismatched:
-        raise IdentityMismatch(note)
+
+    def verify(job: Job, attempt: Attempt) -> str:
+        if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
+            raise LedgerError(
+                f"attempt {attempt.number}: identity must be verified before the side effect begins "
+                f"(it is already {attempt.side_effect_state})"
+            )
+        evidence = {"binding": job.identity, "observed": observed}
+        mismatched = {k: (v, observed.get(k)) for k, v in job.identity.items() if observed.get(k) != v}
+        if not mismatched:
+            transition(job, attempt, **_by(lease), kind=EventKind.IDENTITY_VERIFIED, observed_identity=observed,
+                       evidence=evidence)
+            return ""
+        note = "identity mismatch: " + ", ".join(
+            f"{k} is {seen!r}, job is bound to {expected!r}" for k, (expected, seen) in mismatched.items()
+        )
+        transition(job, attempt, **_by(lease), kind=EventKind.IDENTITY_MISMATCH, job_status=JobStatus.BLOCKED,
+                   delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.BLOCKED,
+                   observed_identity=observed, error=note, note=note, evidence=evidence)
+        return note
+
+    attempt, mismatch = _while_held(lease, "verify_identity", verify, require_unexpired=True)
+    if mismatch:
+        raise IdentityMismatch(mismatch)
     return attempt
 
 
@@ -219,30 +188,29 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
     )
     if attempt is not None:
         return attempt
-    held = ""
-    with transaction.atomic():
-        job, attempt, stale = _held(lease, "begin_side_effect", require_unexpired=True)
-        if not stale:
-            if job.recovery_pending:
-                raise LedgerError(RECOVERY_REFUSAL.format(job=job.job_id))
-            if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
-                raise LedgerError(f"attempt {attempt.number}: side effect already {attempt.side_effect_state}")
-            if job.identity and attempt.observed_identity is None:
-                raise LedgerError(f"job {job.job_id} is bound to an identity: verify it before any side effect")
-            gate = _gate_for(job)
-            if gate.open:
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind=EventKind.SIDE_EFFECT_STARTED,
-                           side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now,
-                           evidence={"idempotency_key": job.idempotency_key})
-            else:  # hand the attempt back to the queue; the gate re-dispatches it when it reopens
-                held = f"dead-man gate: {gate.reason}; attempt {attempt.number} goes back to the queue"
-                transition(job, attempt, actor_type=ActorType.WORKER, actor=lease.owner, kind=EventKind.SIDE_EFFECT_HELD,
-                           job_status=JobStatus.PENDING, job_fields={"gated_at": job.db_now},
-                           delivery_state=Delivery.QUEUED, execution_state=Execution.NOT_STARTED,
-                           lease_owner="", lease_token=None, lease_expires_at=None, note=held,
-                           evidence={"gate": gate.reason, "released_token": lease.token})
-    if stale:
-        raise StaleLease(stale)
+
+    def begin(job: Job, attempt: Attempt) -> str:
+        if job.recovery_pending:
+            raise LedgerError(RECOVERY_REFUSAL.format(job=job.job_id))
+        if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
+            raise LedgerError(f"attempt {attempt.number}: side effect already {attempt.side_effect_state}")
+        if job.identity and attempt.observed_identity is None:
+            raise LedgerError(f"job {job.job_id} is bound to an identity: verify it before any side effect")
+        gate = _gate_for(job)
+        if gate.open:
+            transition(job, attempt, **_by(lease), kind=EventKind.SIDE_EFFECT_STARTED,
+                       side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now,
+                       evidence={"idempotency_key": job.idempotency_key})
+            return ""
+        # Hand the attempt back to the queue; the gate dispatches it again when it reopens.
+        held = f"dead-man gate: {gate.reason}; attempt {attempt.number} goes back to the queue"
+        transition(job, attempt, **_by(lease), kind=EventKind.SIDE_EFFECT_HELD, job_status=JobStatus.PENDING,
+                   job_fields={"gated_at": job.db_now}, delivery_state=Delivery.QUEUED,
+                   execution_state=Execution.NOT_STARTED, lease_owner="", lease_token=None,
+                   lease_expires_at=None, note=held, evidence={"gate": gate.reason, "released_token": lease.token})
+        return held
+
+    attempt, held = _while_held(lease, "begin_side_effect", begin, require_unexpired=True)
     if held:
         raise GateClosed(held)
     return attempt
@@ -307,86 +275,67 @@ def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None 
     )
     if attempt is not None:
         return attempt
-    evidence = evidence or {}
-    with transaction.atomic():
-        job, attempt, stale = _held(lease, "record_success", require_unexpired=False, evidence=evidence)
-        if not stale:
-            if attempt.side_effect_state != SideEffect.SUBMITTED:
-                raise LedgerError("record_success before begin_side_effect: nothing was submitted")
-            transition(
-                job,
-                attempt,
-                actor_type=ActorType.WORKER,
-                actor=lease.owner,
-                kind=EventKind.SUCCEEDED,
-                job_status=JobStatus.SUCCEEDED,
-                delivery_state=Delivery.ACKNOWLEDGED,
-                execution_state=Execution.SUCCEEDED,
-                side_effect_state=SideEffect.CONFIRMED,
-                result_ref=result_ref[:500],
-                evidence=evidence,
-            )
-    if stale:
-        raise StaleLease(stale)
-    return attempt
+
+    def succeed(job: Job, attempt: Attempt) -> None:
+        if attempt.side_effect_state != SideEffect.SUBMITTED:
+            raise LedgerError("record_success before begin_side_effect: nothing was submitted")
+        transition(job, attempt, **_by(lease), kind=EventKind.SUCCEEDED, job_status=JobStatus.SUCCEEDED,
+                   delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.SUCCEEDED,
+                   side_effect_state=SideEffect.CONFIRMED, result_ref=result_ref[:500], evidence=evidence)
+
+    return _while_held(lease, "record_success", succeed, evidence=evidence)[0]
 
 
 def record_failure(
     *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None
 ) -> Attempt:
     """A definitive refusal: the provider proved that nothing happened."""
-    evidence = evidence or {}
-    with transaction.atomic():
-        job, attempt, stale = _held(lease, "record_failure", require_unexpired=False, evidence=evidence)
-        if not stale:
-            submitted = attempt.side_effect_state == SideEffect.SUBMITTED
-            with Batch() as batch:
-                batch.transition(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=lease.owner,
-                    kind=EventKind.FAILED,
-                    job_status=None if retryable else JobStatus.FAILED,
-                    delivery_state=Delivery.ACKNOWLEDGED,
-                    execution_state=Execution.FAILED,
-                    side_effect_state=SideEffect.NOT_FOUND if submitted else SideEffect.NOT_ATTEMPTED,
-                    error=error,
-                    note=error,
-                    evidence={**evidence, "retryable": retryable},
-                )
-                if retryable:
-                    batch.open_next_attempt(job, attempt, actor=lease.owner, actor_type=ActorType.WORKER)
-    if stale:
-        raise StaleLease(stale)
-    return attempt
+
+    def fail(job: Job, attempt: Attempt) -> None:
+        submitted = attempt.side_effect_state == SideEffect.SUBMITTED
+        with Batch() as batch:
+            batch.transition(
+                job, attempt, **_by(lease), kind=EventKind.FAILED, job_status=None if retryable else JobStatus.FAILED,
+                delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.FAILED,
+                side_effect_state=SideEffect.NOT_FOUND if submitted else SideEffect.NOT_ATTEMPTED,
+                error=error, note=error, evidence={**(evidence or {}), "retryable": retryable},
+            )
+            if retryable:
+                batch.open_next_attempt(job, attempt, **_by(lease))
+
+    return _while_held(lease, "record_failure", fail, evidence=evidence)[0]
 
 
 def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -> Attempt:
     """The worker lost the ability to observe whether the effect happened."""
-    evidence = evidence or {}
+
+    def lose_sight(job: Job, attempt: Attempt) -> None:
+        if attempt.side_effect_state != SideEffect.SUBMITTED:
+            raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
+        transition(job, attempt, **_by(lease), kind=EventKind.OBSERVATION_LOST,
+                   job_status=JobStatus.NEEDS_RECONCILIATION, delivery_state=Delivery.ACKNOWLEDGED,
+                   execution_state=Execution.UNKNOWN, side_effect_state=SideEffect.AMBIGUOUS, error=reason,
+                   note=reason, evidence=evidence)
+
+    return _while_held(lease, "record_unknown", lose_sight, evidence=evidence)[0]
+
+
+def _by(lease: Lease) -> dict:
+    return {"actor_type": ActorType.WORKER, "actor": lease.owner}
+
+
+def _while_held(lease: Lease, operation: str, write, *, require_unexpired: bool = False,
+                evidence: dict | None = None) -> tuple[Attempt, object]:
+    """Lock the job; if `lease` is still its attempt's current lease, `write(job, attempt)` in the
+    same transaction. Returns the attempt and what `write` returned. A stale lease changes nothing:
+    `late_write_rejected` is recorded, committed, then raised as StaleLease."""
     with transaction.atomic():
-        job, attempt, stale = _held(lease, "record_unknown", require_unexpired=False, evidence=evidence)
-        if not stale:
-            if attempt.side_effect_state != SideEffect.SUBMITTED:
-                raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
-            transition(
-                job,
-                attempt,
-                actor_type=ActorType.WORKER,
-                actor=lease.owner,
-                kind=EventKind.OBSERVATION_LOST,
-                job_status=JobStatus.NEEDS_RECONCILIATION,
-                delivery_state=Delivery.ACKNOWLEDGED,
-                execution_state=Execution.UNKNOWN,
-                side_effect_state=SideEffect.AMBIGUOUS,
-                error=reason,
-                note=reason,
-                evidence=evidence,
-            )
+        job, attempt, stale = _held(lease, operation, require_unexpired=require_unexpired, evidence=evidence)
+        result = None if stale else write(job, attempt)
     if stale:
         raise StaleLease(stale)
-    return attempt
+    attempt.job = job
+    return attempt, result
 
 
 def _held(
