@@ -237,8 +237,8 @@ def scenario(*fast_calls: str):
     return register
 
 
-def _cycle(run: Run, job_id: str = "j", worker: str = "w1") -> Lease:
-    lease = run(services.claim_job, job_id=job_id, worker=worker)
+def _cycle(run: Run, *, by: str = "w1") -> Lease:
+    lease = run(services.claim_job, job_id="j", worker=by)
     run(services.begin_side_effect, lease=lease)
     run(services.record_success, lease=lease, result_ref="ref-1", evidence={"provider_id": "p-1"})
     return lease
@@ -273,7 +273,7 @@ def a_second_attempt_after_a_retryable_failure(run):
     lease = run(services.claim_job, job_id="j", worker="w1")
     run(services.begin_side_effect, lease=lease)
     run(services.record_failure, lease=lease, error="provider said 429", retryable=True, evidence={"status": 429})
-    _cycle(run, worker="w2")
+    _cycle(run, by="w2")
 
 
 @scenario("claim", "claim:declined", "begin", "succeed")
@@ -281,7 +281,7 @@ def a_second_attempt_after_an_expired_lease(run):
     make_job("j")
     run(services.claim_job, job_id="j", worker="w1")
     expire_lease("j")
-    _cycle(run, worker="w2")  # the Python path dead-letters attempt 1 and leases attempt 2
+    _cycle(run, by="w2")  # the Python path dead-letters attempt 1 and leases attempt 2
 
 
 @scenario("claim", "claim", "begin", "succeed")
@@ -290,7 +290,7 @@ def a_second_attempt_after_the_sweeper_reclaimed_the_first(run):
     run(services.claim_job, job_id="j", worker="w1")
     expire_lease("j")
     services.sweep_expired_leases()
-    _cycle(run, worker="w2")
+    _cycle(run, by="w2")
 
 
 @scenario("claim", "begin", "succeed")
