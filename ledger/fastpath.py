@@ -1,0 +1,241 @@
+"""The worker loop's three ordinary steps as database functions, generated from ledger/states.py.
+
+claim -> begin side effect -> record success is the ledger's hot path. Each function does what
+the Python transition (ledger.services.worker) does for the ordinary case, in one round trip:
+lock the job row; then, in a new statement so it sees what the lock's previous holder wrote,
+compare-and-set the attempt on every condition the Python path checks; update the job; insert
+the event; all in the caller's transaction. It returns the changed attempt row. In any other
+case it changes nothing and returns no row, and the Python path decides and records.
+
+Every state, event kind and actor below comes from ledger.states, and the events' before/after
+snapshots from ledger.services.core.snapshot itself, so the functions cannot drift from the
+rules. Migrations freeze the text they install (0005 first) and never import this module: when
+its output changes, tests/ledger/test_fast_path.py fails and names the migration to write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.services.core import snapshot
+from ledger.states import (
+    CONSISTENCY,
+    FINISHED_JOB,
+    ActorType,
+    Delivery,
+    EventKind,
+    Execution,
+    JobStatus,
+    SideEffect,
+)
+
+
+@dataclass(frozen=True)
+class StepFunction:
+    name: str
+    arguments: str  # as pg_get_function_arguments() renders them
+    body: str  # the text between the $$ quotes (pg_proc.prosrc)
+
+    RESULT = "SETOF ledger_attempt"
+    LANGUAGE = "plpgsql"
+
+    @property
+    def create_sql(self) -> str:
+        return (
+            f"\nCREATE OR REPLACE FUNCTION {self.name}({self.arguments})\n"
+            f"RETURNS {self.RESULT} LANGUAGE {self.LANGUAGE} AS $${self.body}$$;\n"
+        )
+
+    @property
+    def drop_sql(self) -> str:
+        types = ", ".join(argument.split(maxsplit=1)[1] for argument in self.arguments.split(","))
+        return f"DROP FUNCTION IF EXISTS {self.name}({types})"
+
+
+def step_functions() -> list[StepFunction]:
+    """The three functions, in the order a migration installs them."""
+    return [_claim(), _begin(), _succeed()]
+
+
+def _sql(value) -> str:
+    """A state, kind or other value as an SQL string literal."""
+    text = str(value.value if hasattr(value, "value") else value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sql_list(values) -> str:
+    return ", ".join(_sql(value) for value in values)
+
+
+def _max_length(model, field: str) -> int:
+    return model._meta.get_field(field).max_length
+
+
+class _Column(str):
+    """SQL standing in for a model field's value, so that snapshot() can be read as SQL."""
+
+
+def snapshot_sql(job_status: str, **pinned) -> str:
+    """core.snapshot(job, attempt) as a jsonb expression over the attempt row `a`.
+
+    snapshot() itself runs, on a job whose status is the SQL `job_status` and an attempt whose
+    every field holds its column: the keys, their order and what each reads come from it.
+    `pinned` gives attempt fields whose value is known, written as literals (the state before
+    a compare-and-set, which the updated row no longer shows).
+    """
+    job = Job(status=_Column(job_status))
+    attempt = Attempt(**{f.attname: _Column(f"a.{f.column}") for f in Attempt._meta.concrete_fields})
+    known = {f"a.{Attempt._meta.get_field(name).column}": _sql(value) for name, value in pinned.items()}
+    pairs = []
+    for key, value in snapshot(job, attempt).items():
+        if not isinstance(value, _Column):
+            raise TypeError(f"snapshot()[{key!r}] is computed in Python, not read from a column: "
+                            "the fast path cannot write it")
+        pairs.append(f"{_sql(key)}, {known.get(value, value)}")
+    return f"jsonb_build_object({', '.join(pairs)})"
+
+
+def states_before(execution: Execution, side_effect: SideEffect | None = None) -> dict:
+    """The attempt's states before a compare-and-set that requires `execution` (and
+    `side_effect`): the CHECK constraints (CONSISTENCY) must leave one possibility for the rest."""
+    deliveries, side_effects = CONSISTENCY[execution]
+    side_effects = (side_effect,) if side_effect else side_effects
+    if len(deliveries or ()) != 1 or len(side_effects) != 1:
+        raise ValueError(f"an attempt that is {execution.value} may be in more than one state: "
+                         "the event's before snapshot would need the old row")
+    return {
+        "delivery_state": deliveries[0], "execution_state": execution, "side_effect_state": side_effects[0],
+    }
+
+
+def _event_sql(*, actor: str, kind: EventKind, job_status: str, evidence: str) -> str:
+    """The event row; the reckon_hash_chain trigger fills in its hashes."""
+    return (
+        "INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, \"before\", \"after\", "
+        f"note, evidence, prev_hash, hash) VALUES (j.id, a.id, {_sql(ActorType.WORKER)}, "
+        f"left({actor}, {_max_length(LedgerEvent, 'actor')}), {_sql(kind)}, before, "
+        f"{snapshot_sql(job_status)}, '', {evidence}, '', '');"
+    )
+
+
+# A claim need not be durable when it is its own transaction (p_own_transaction): if a crash
+# loses it, the worker's next step (a compare-and-set on owner and token) is refused, and that
+# step's synchronous commit flushes the WAL up to and including the claim. So the claim commits
+# without waiting for the WAL flush; begin side effect and every result still wait for it.
+def _claim() -> StepFunction:
+    was = states_before(Execution.NOT_STARTED)
+    running = _sql(JobStatus.RUNNING)
+    claimed = _event_sql(
+        actor="p_worker", kind=EventKind.CLAIMED, job_status=running,
+        evidence="jsonb_build_object('fencing_token', token, 'lease_ttl_s', p_ttls -> j.action)",
+    )
+    arguments = "p_job text, p_worker text, p_ttls jsonb, p_own_transaction boolean"
+    return StepFunction("reckon_claim", arguments, f"""
+DECLARE
+    j ledger_job%ROWTYPE;
+    a ledger_attempt%ROWTYPE;
+    before jsonb;
+    now_ts timestamptz;
+    token bigint;
+BEGIN
+    SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND OR j.recovery_pending OR j.status IN ({_sql_list(FINISHED_JOB)})
+       OR NOT p_ttls ? j.action THEN
+        RETURN;
+    END IF;
+    now_ts := clock_timestamp();
+    token := j.lease_seq + 1;
+    UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
+        delivery_state = {_sql(Delivery.LEASED)}, execution_state = {_sql(Execution.RUNNING)},
+        lease_owner = p_worker, lease_token = token,
+        lease_expires_at = now_ts + (p_ttls ->> j.action)::float8 * interval '1 second', heartbeat_at = now_ts
+    WHERE id = (SELECT id FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1)
+      AND execution_state = {_sql(was["execution_state"])}
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_own_transaction THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    before := {snapshot_sql("j.status", **was)};
+    UPDATE ledger_job SET status = {running}, updated_at = statement_timestamp(), lease_seq = token
+    WHERE id = j.id;
+    {claimed}
+    RETURN NEXT a;
+END """)
+
+
+# The lease must be this attempt's current, unexpired one; identity verified when the job has one.
+def _begin() -> StepFunction:
+    was = states_before(Execution.RUNNING, SideEffect.NOT_ATTEMPTED)
+    started = _event_sql(
+        actor="p_owner", kind=EventKind.SIDE_EFFECT_STARTED, job_status="j.status",
+        evidence="jsonb_build_object('idempotency_key', j.idempotency_key)",
+    )
+    arguments = "p_job text, p_attempt bigint, p_owner text, p_token bigint, p_ttls jsonb"
+    return StepFunction("reckon_begin", arguments, f"""
+DECLARE
+    j ledger_job%ROWTYPE;
+    a ledger_attempt%ROWTYPE;
+    before jsonb;
+    now_ts timestamptz;
+BEGIN
+    SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND OR j.recovery_pending OR NOT p_ttls ? j.action THEN
+        RETURN;
+    END IF;
+    now_ts := clock_timestamp();
+    UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
+        side_effect_state = {_sql(SideEffect.SUBMITTED)}, heartbeat_at = now_ts
+    WHERE id = p_attempt AND job_id = j.id
+      AND execution_state = {_sql(was["execution_state"])} AND lease_owner = p_owner
+      AND lease_token = p_token AND lease_expires_at > now_ts
+      AND side_effect_state = {_sql(was["side_effect_state"])}
+      AND (j.identity IS NULL OR j.identity = '{{}}'::jsonb OR observed_identity IS NOT NULL)
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    before := {snapshot_sql("j.status", **was)};
+    {started}
+    RETURN NEXT a;
+END """)
+
+
+# A result may arrive after the lease expired, as long as no one else has taken the attempt.
+def _succeed() -> StepFunction:
+    was = states_before(Execution.RUNNING, SideEffect.SUBMITTED)
+    succeeded = _sql(JobStatus.SUCCEEDED)
+    recorded = _event_sql(actor="p_owner", kind=EventKind.SUCCEEDED, job_status=succeeded,
+                          evidence="p_evidence")
+    arguments = (
+        "p_job text, p_attempt bigint, p_owner text, p_token bigint, p_result_ref text, p_evidence jsonb"
+    )
+    return StepFunction("reckon_succeed", arguments, f"""
+DECLARE
+    j ledger_job%ROWTYPE;
+    a ledger_attempt%ROWTYPE;
+    before jsonb;
+BEGIN
+    SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
+        delivery_state = {_sql(Delivery.ACKNOWLEDGED)}, execution_state = {_sql(Execution.SUCCEEDED)},
+        side_effect_state = {_sql(SideEffect.CONFIRMED)},
+        result_ref = left(p_result_ref, {_max_length(Attempt, 'result_ref')})
+    WHERE id = p_attempt AND job_id = j.id
+      AND execution_state = {_sql(was["execution_state"])} AND lease_owner = p_owner
+      AND lease_token = p_token AND side_effect_state = {_sql(was["side_effect_state"])}
+    RETURNING * INTO a;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    before := {snapshot_sql("j.status", **was)};
+    UPDATE ledger_job SET status = {succeeded}, updated_at = statement_timestamp() WHERE id = j.id;
+    {recorded}
+    RETURN NEXT a;
+END """)
