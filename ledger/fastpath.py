@@ -8,7 +8,7 @@ the event; all in the caller's transaction. It returns the changed attempt row. 
 case it changes nothing and returns no row, and the Python path decides and records.
 
 Every state, event kind and actor below comes from ledger.states, and the events' before/after
-snapshots from ledger.services.core.snapshot itself, so the functions cannot drift from the
+snapshots from ledger.services.transitions.snapshot itself, so the functions cannot drift from the
 rules. Migrations freeze the text they install (0005 first) and never import this module: when
 its output changes, tests/ledger/test_fast_path.py fails and names the migration to write.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services.core import snapshot
+from ledger.services.transitions import snapshot
 from ledger.states import (
     CONSISTENCY,
     FINISHED_JOB,
@@ -77,7 +77,7 @@ class _Column(str):
 
 
 def snapshot_sql(job_status: str, **pinned) -> str:
-    """core.snapshot(job, attempt) as a jsonb expression over the attempt row `a`.
+    """transitions.snapshot(job, attempt) as a jsonb expression over the attempt row `a`.
 
     snapshot() itself runs, on a job whose status is the SQL `job_status` and an attempt whose
     every field holds its column: the keys, their order and what each reads come from it.

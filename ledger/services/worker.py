@@ -217,7 +217,8 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
 
 
 def _one_round_trip(function: str, *args) -> Attempt | None:
-    """The ordinary case of a step, done by its database function (migration 0005) in one round trip.
+    """The ordinary case of a step, done by its database function in one round trip
+    (generated from ledger/states.py by ledger/fastpath.py; installed by migration 0005).
 
     The function locks the job, checks exactly what the Python path checks for this case, and
     writes the attempt, the job and the event; it returns the changed attempt. Anything else
@@ -349,7 +350,9 @@ def _held(
     # Lock first, then read the attempt in a new statement: under READ COMMITTED a row read in
     # the same statement that waited for the lock would come from the snapshot before the wait.
     job = lock_job(job_id=lease.job_id)
-    attempt = Attempt.objects.get(pk=lease.attempt_id)
+    attempt = Attempt.objects.filter(pk=lease.attempt_id, job=job).first()
+    if attempt is None:  # a lease that names another job's attempt is no lease of this job
+        raise LedgerError(f"attempt {lease.attempt_id} is not an attempt of job {lease.job_id}")
     current = (
         attempt.execution_state == Execution.RUNNING
         and attempt.lease_owner == lease.owner

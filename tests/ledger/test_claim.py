@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from ledger import services
@@ -115,3 +117,15 @@ def test_attempts_are_bounded_by_the_actions_max_attempts():
 def test_claiming_a_job_that_does_not_exist_is_a_clear_error():
     with pytest.raises(services.LedgerError, match="no job with id 'nope'"):
         services.claim_job(job_id="nope", worker="w1")
+
+
+def test_a_lease_naming_another_jobs_attempt_is_refused_and_changes_nothing():
+    make_job("mine")
+    make_job("theirs")
+    lease = services.claim_job(job_id="mine", worker="w")
+    theirs = services.claim_job(job_id="theirs", worker="w")
+    forged = replace(lease, attempt_id=theirs.attempt_id, token=theirs.token)
+    with pytest.raises(services.LedgerError, match=f"attempt {theirs.attempt_id} is not an attempt of job mine"):
+        services.record_unknown(lease=forged, reason="forged")
+    assert latest_attempt("theirs").execution_state == "running"
+    assert latest_attempt("mine").execution_state == "running"

@@ -23,10 +23,10 @@ from django.test.utils import CaptureQueriesContext
 from ledger import fastpath, services
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import worker
-from ledger.services.core import Lease, snapshot
+from ledger.services import Lease, snapshot, worker
 from ledger.states import Execution
-from reconciliation.services import hold_for_recovery
+from reconciliation import decisions
+from reconciliation.recovery import hold_for_recovery
 from tests.conftest import expire_lease, latest_attempt, make_job
 
 pytestmark = pytest.mark.django_db
@@ -382,7 +382,7 @@ def a_claim_while_an_irreversible_replay_awaits_approval(run):
     lease = run(services.claim_job, job_id="j", worker="w1")
     run(services.begin_side_effect, lease=lease)
     run(services.record_unknown, lease=lease, reason="timeout")
-    services.mark_not_found(job_id="j", version=latest_attempt("j").version,
+    decisions.mark_not_found(job_id="j", version=latest_attempt("j").version,
                             user=User.objects.create_user("olga"), note="not at the provider")
     run.refused(services.claim_job, services.ClaimRefused, ["claim_refused"], job_id="j", worker="w2")
 
