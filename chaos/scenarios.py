@@ -1,4 +1,4 @@
-"""The failure-injection matrix of DESIGN.md §6, with real processes and real signals.
+"""The failure-injection matrix of docs/architecture.md §12, with real processes and real signals.
 
 Each scenario takes the world and a run number, injects its failure into real `qcluster`
 workers (a named fault point makes a worker SIGSTOP itself; we then SIGKILL it there, or

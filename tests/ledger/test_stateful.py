@@ -4,7 +4,7 @@ Workers claim, renew, verify identity, begin side effects and record outcomes; t
 sweeper runs; the clock jumps past a running lease. Every lease ever issued stays in play, so
 late writes by stale holders are exercised as often as the current holder's writes. A small
 model predicts the outcome of every call (accepted, or which documented refusal), and after
-every step the database is checked against the model and against the invariants of DESIGN.md,
+every step the database is checked against the model and against the invariants of docs/architecture.md,
 above all:
 
     no retry may create a new side effect while a previous attempt of the same job is unknown.
