@@ -50,7 +50,7 @@ SECRET_KEY = os.environ.get("RECKON_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ValueError("RECKON_SECRET_KEY must be set when RECKON_DEBUG is false")
-    SECRET_KEY = "reckon-local-development-only-not-secret"
+    SECRET_KEY = "reckon-local-development-only-not-secret"  # nosec B105  # the local development key, used only with RECKON_DEBUG on
 ALLOWED_HOSTS = os.environ.get("RECKON_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 INSTALLED_APPS = [

@@ -85,7 +85,7 @@ def backoff_seconds(check_count: int) -> float:
         settings.RECKON_RECONCILE_BACKOFF_CAP,
         settings.RECKON_RECONCILE_BACKOFF_BASE * 2 ** max(check_count - 1, 0),
     )
-    return delay / 2 + random.uniform(0, delay / 2)
+    return delay / 2 + random.uniform(0, delay / 2)  # nosec B311  # back-off jitter, not security
 
 
 def _due() -> Q:
@@ -106,7 +106,7 @@ def _claim(*, limit: int) -> list[Job]:
     ttl = timedelta(seconds=settings.RECKON_RECONCILE_CLAIM_TTL)
     jobs = list(
         Job.objects.raw(
-            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "
+            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "  # nosec B608  # the table from the model, the subquery from the ORM with its parameters bound
             f"FROM ({select} FOR UPDATE SKIP LOCKED) AS due(id, was_due) WHERE j.id = due.id "
             "RETURNING j.*, due.was_due",
             [ttl, *params],
