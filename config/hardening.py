@@ -1,15 +1,13 @@
 """Web hardening that settings alone cannot express: who the client is behind trusted proxies,
-and what django-axes' login throttle counts, for how long, and what a locked-out client sees.
-
-django-axes calls the functions below by their dotted paths (the AXES_* settings); each reads
-Reckon's own settings when it runs, so RECKON_LOGIN_FAILURE_* stay the settings to change.
+and, for django-axes' login throttle, which username a failure counts against and what a
+locked-out client sees. axes calls these by their dotted paths (the AXES_*_CALLABLE settings).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from datetime import timedelta
 
+from axes.helpers import get_cool_off
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
@@ -44,8 +42,10 @@ def client_address(request: HttpRequest) -> str | None:
     trusted one. None when the peer has no IP address (nothing to key on).
     """
     client = _address(request.META.get("REMOTE_ADDR", ""))
-    if client is None or not _trusted(client):
-        return str(client) if client else None
+    if client is None:
+        return None
+    if not _trusted(client):
+        return str(client)
     for hop in reversed(request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")):
         address = _address(hop)
         if address is None:
@@ -70,23 +70,16 @@ def login_username(request: HttpRequest, credentials: dict | None) -> str | None
     return user_model.normalize_username(str(username).strip()).casefold()
 
 
-def login_failure_limit(request: HttpRequest, credentials: dict | None) -> int:
-    return settings.RECKON_LOGIN_FAILURE_LIMIT
-
-
-def login_window(request: HttpRequest | None) -> timedelta:
-    return timedelta(seconds=settings.RECKON_LOGIN_FAILURE_WINDOW)
-
-
 def locked_out(request: HttpRequest, original_response: HttpResponse | None, credentials: dict | None):
     """The page a locked-out client gets (429, with Retry-After). The failure that led here has
     just been recorded, and every failure restarts the window, so the wait is exactly one window."""
-    window = settings.RECKON_LOGIN_FAILURE_WINDOW
+    window = get_cool_off(request)  # AXES_COOLOFF_TIME, from RECKON_LOGIN_FAILURE_WINDOW
+    seconds = int(window.total_seconds())
     response = render(
         request,
         "registration/locked_out.html",
-        {"until": timezone.now() + timedelta(seconds=window), "minutes": -(-window // 60)},
+        {"until": timezone.now() + window, "minutes": -(-seconds // 60)},
         status=429,
     )
-    response["Retry-After"] = str(window)
+    response["Retry-After"] = str(seconds)
     return response

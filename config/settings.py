@@ -217,7 +217,8 @@ RECKON_APPROVAL_TTL_HOURS = float(os.environ.get("RECKON_APPROVAL_TTL_HOURS", "2
 RECKON_RECOVERY_WINDOW_MINUTES = envint("RECKON_RECOVERY_WINDOW_MINUTES", 30)
 
 # -- Hardening: cookies, headers, limits, login throttling, the worker API and /metrics ---------
-import ipaddress  # here rather than at the top: only the hardening settings use it
+import ipaddress  # here rather than at the top: only the hardening settings use them
+from datetime import timedelta
 
 
 def envnetworks(name: str, default: str) -> list[str]:
@@ -278,8 +279,8 @@ RECKON_LOGIN_FAILURE_LIMIT = envint("RECKON_LOGIN_FAILURE_LIMIT", 5)
 RECKON_LOGIN_FAILURE_WINDOW = envint("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60)
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_FAILURE_LIMIT = "config.hardening.login_failure_limit"
-AXES_COOLOFF_TIME = "config.hardening.login_window"
+AXES_FAILURE_LIMIT = RECKON_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=RECKON_LOGIN_FAILURE_WINDOW)
 AXES_USERNAME_CALLABLE = "config.hardening.login_username"
 AXES_CLIENT_IP_CALLABLE = "config.hardening.client_address"
 AXES_LOCKOUT_CALLABLE = "config.hardening.locked_out"

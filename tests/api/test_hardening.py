@@ -4,6 +4,7 @@ import os
 import secrets
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from axes.models import AccessAttempt
@@ -66,8 +67,9 @@ def test_pages_carry_the_security_headers(client, operator, path):
 
 @pytest.fixture
 def throttle(settings):
-    settings.RECKON_LOGIN_FAILURE_LIMIT = 3
-    settings.RECKON_LOGIN_FAILURE_WINDOW = 600
+    """What RECKON_LOGIN_FAILURE_LIMIT=3 and RECKON_LOGIN_FAILURE_WINDOW=600 map to."""
+    settings.AXES_FAILURE_LIMIT = 3
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=600)
 
 
 def _login(client: Client, username: str, password: str, path: str = "/accounts/login/", **headers):
@@ -111,6 +113,17 @@ def test_the_admin_login_is_throttled_too_and_shares_the_count(admin_user, throt
     _assert_locked_out(_login(browser, "root", "wrong", "/admin/login/"), browser)
     _assert_locked_out(_login(browser, "root", "pw-root", "/admin/login/"), browser)
     assert Client().get("/admin/").status_code == 302  # still not logged in: the admin sends to its login
+
+
+def test_an_admin_sees_and_can_lift_a_lock(client, operator, admin_user, throttle):
+    for _ in range(3):
+        _login(Client(), "olga", "wrong")
+    client.force_login(admin_user)
+    locked = client.get("/admin/axes/accessattempt/?locked_out=yes")
+    assert locked.status_code == 200 and "olga" in locked.content.decode()
+    attempt = AccessAttempt.objects.get(username="olga")
+    client.post(f"/admin/axes/accessattempt/{attempt.pk}/delete/", {"post": "yes"})
+    assert _login(Client(), "olga", "pw-olga").status_code == 302
 
 
 def test_every_spelling_of_a_username_counts_against_the_same_account(throttle):
