@@ -1,7 +1,10 @@
 """`/metrics`: the ledger in Prometheus text format, each family one aggregate query.
 
-Access: a bearer token (RECKON_METRICS_TOKEN) or a client address in RECKON_METRICS_ALLOW.
-Reconciliation and approval families appear once those apps have their tables.
+Access with DEBUG off (production): the bearer token RECKON_METRICS_TOKEN *and* a client address
+in RECKON_METRICS_ALLOW; with no token configured the endpoint stays closed (403 saying so) rather
+than stopping the whole web process. With DEBUG on, either one opens it. The client address is the
+one behind RECKON_TRUSTED_PROXIES (config.hardening.client_address). Reconciliation and approval
+families appear once those apps have their tables.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
+from config.hardening import client_address
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
@@ -31,24 +36,43 @@ EVENT_COUNTERS = {
 LEASE_EXPIRY_KINDS = {EventKind.LEASE_EXPIRED_RECLAIMED: "reclaimed", EventKind.LEASE_EXPIRED_UNKNOWN: "unknown"}
 
 
-def allowed(request: HttpRequest) -> bool:
+def _token_given(request: HttpRequest) -> bool:
     token = settings.RECKON_METRICS_TOKEN
     scheme, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
-        return True
-    try:
-        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
+    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def _address_allowed(request: HttpRequest) -> bool:
+    client = client_address(request)
+    if client is None:
         return False
-    return any(client in ipaddress.ip_network(net, strict=False) for net in settings.RECKON_METRICS_ALLOW)
+    address = ipaddress.ip_address(client)
+    return any(address in ipaddress.ip_network(net) for net in settings.RECKON_METRICS_ALLOW)
 
 
+def refusal(request: HttpRequest) -> str | None:
+    """Why this request may not read the metrics, or None when it may."""
+    if settings.DEBUG:
+        if _token_given(request) or _address_allowed(request):
+            return None
+        return "metrics need the bearer token (RECKON_METRICS_TOKEN) or an address in RECKON_METRICS_ALLOW"
+    if not settings.RECKON_METRICS_TOKEN:
+        return "metrics are closed: RECKON_METRICS_TOKEN is not set, and RECKON_DEBUG=false requires it"
+    if not _token_given(request):
+        return "metrics need the bearer token: Authorization: Bearer <RECKON_METRICS_TOKEN>"
+    if not _address_allowed(request):
+        return "metrics are not served to this address (RECKON_METRICS_ALLOW)"
+    return None
+
+
+# No cookie-authenticated writes happen here: exempt from CSRF so that require_GET answers a POST
+# with 405 instead of the CSRF failure page.
+@csrf_exempt
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    if not allowed(request):
-        return HttpResponse(
-            "metrics need a bearer token or an allowed address\n", status=403, content_type="text/plain"
-        )
+    reason = refusal(request)
+    if reason:
+        return HttpResponse(reason + "\n", status=403, content_type="text/plain; charset=utf-8")
     return HttpResponse(exposition(), content_type=CONTENT_TYPE)
 
 
@@ -144,7 +168,7 @@ def _unknown_work() -> tuple[int, float]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0)"
-            f" FROM {Job._meta.db_table} WHERE status = ANY(%s)",
+            f" FROM {Job._meta.db_table} WHERE status = ANY(%s)",  # nosec B608  # table name from the model; statuses bound
             [[s.value for s in UNKNOWN_WORK]],
         )
         depth, oldest = cursor.fetchone()

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from api.models import ALL, WorkerToken
 
-TOKEN_PREFIX = "rk_"
+TOKEN_PREFIX = "rk_"  # nosec B105  # the public prefix of worker tokens, not a secret
 # last_used_at is a hint for admins, not an audit trail: refresh it at most this often.
 LAST_USED_GRANULARITY = timedelta(seconds=60)
 

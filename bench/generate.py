@@ -137,7 +137,7 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
         _stream(cursor.cursor, iter(histories))
         phase("copy")
         for table, _ in TABLES:
-            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "  # nosec B608  # table names from this module's TABLES constant
                            f"(SELECT coalesce(max(id), 1) FROM {table}))")
         if rebuild:
             cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
@@ -282,7 +282,7 @@ def _check_columns(table: str, expected: tuple[str, ...]) -> None:
 
 def _next_ids(table: str) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")
+        cursor.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table}")  # nosec B608  # table names from this module's TABLES constant
         return cursor.fetchone()[0]
 
 
@@ -299,7 +299,7 @@ def generate(*, attempts: int, queued: int, prefix: str = "gen", seed: int = 1) 
 def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Generated,
                first_ids: tuple[int, int, int]):
     """One (job row, attempt rows, event rows) per job, counted into `made` as they are produced."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # nosec B311  # a seeded generator for a reproducible synthetic history, not security
     now = timezone.now().replace(tzinfo=UTC)
     job_id, attempt_id, event_id = first_ids
     event_ids = itertools.count(event_id)

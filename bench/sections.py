@@ -59,11 +59,11 @@ def pgbench_tps(world: World, *, clients: int, seconds: float) -> float:
     base = [str(find_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
     if not getattr(world, "_pgbench_ready", False):
         world.cluster.create_database("pgbench")
-        init = subprocess.run(base + ["-i", "-s", "10", "-q", "pgbench"], capture_output=True, text=True, timeout=300)
+        init = subprocess.run(base + ["-i", "-s", "10", "-q", "pgbench"], capture_output=True, text=True, timeout=300)  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
         if init.returncode != 0:
             raise RuntimeError(f"pgbench -i failed: {init.stderr.strip()[-500:]}")
         world._pgbench_ready = True
-    done = subprocess.run(base + ["-N", "-n", "-c", str(clients), "-j", str(clients), "-T", str(max(1, int(seconds))),
+    done = subprocess.run(base + ["-N", "-n", "-c", str(clients), "-j", str(clients), "-T", str(max(1, int(seconds))),  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
                                   "pgbench"], check=True, capture_output=True, text=True, timeout=seconds + 120)
     return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
 

@@ -174,7 +174,7 @@ class RandomKills(Scenario):
     recover_timeout = 120.0
 
     def run(self, world, result):
-        rng = random.Random(result.seed * 1000 + result.run)
+        rng = random.Random(result.seed * 1000 + result.run)  # nosec B311  # a seeded schedule of faults, reproducible on purpose; not security
         world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0.0, "max": 0.2}})
         job_ids = []
         for n in range(12):
@@ -229,7 +229,7 @@ def _pg(world: World, tool: str, *args: str) -> None:
     from config.localdb import find_bindir
 
     command = [str(find_bindir() / tool), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
     if done.returncode != 0:
         raise RuntimeError(f"{tool} failed: {done.stderr.strip()[:500]}")
 

@@ -46,7 +46,7 @@ class Worker:
         self.world, self.name = world, name
         self.log = world.workdir / f"{name}.log"
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "qcluster"], cwd=ROOT,
+            self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "qcluster"], cwd=ROOT,  # nosec B603  # our own manage.py under sys.executable; no shell, no outside input
                                             env={**os.environ, **world.env(), **env}, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -73,7 +73,7 @@ class World:
     def __init__(self, workdir: Path | None = None, *, prefix: str = "reckon-chaos-"):
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=prefix))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.workdir, 0o755)  # the postgres user must reach the cluster folder
+        os.chmod(self.workdir, 0o701)  # nosec B103  # postgres must pass through (x only) to its cluster folder
         self.cluster = Cluster(self.workdir / "pg", free_port())
         self.database = "reckon_chaos"
         self.sandbox = SandboxProcess(self.workdir / "sandbox.sqlite3")

@@ -64,12 +64,12 @@ def _cluster_dir() -> Path:
     preferred = Path(os.environ.get("RECKON_PGDATA_DIR", BASE_DIR / ".pgdata"))
     if os.geteuid() != 0 or _postgres_can_enter(preferred.parent):
         return preferred
-    digest = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:10]
-    return Path("/var/tmp") / f"reckon-pgdata-{digest}"
+    digest = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:10]  # nosec B324  # names a folder, not a security use
+    return Path("/var/tmp") / f"reckon-pgdata-{digest}"  # nosec B108  # dev-only embedded cluster, which trusts every local user anyway (trust auth on 127.0.0.1); production sets DATABASE_URL
 
 
 def _postgres_can_enter(folder: Path) -> bool:
-    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(folder)])
+    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(folder)])  # nosec B603, B607  # runuser from root's PATH, fixed argv; no shell, no outside input
     return probe.returncode == 0
 
 
@@ -78,7 +78,7 @@ def _port_for(folder: Path) -> int:
     configured = os.environ.get("RECKON_PG_PORT")
     if configured:
         return int(configured)
-    digest = int(hashlib.sha1(str(folder).encode()).hexdigest(), 16)
+    digest = int(hashlib.sha1(str(folder).encode()).hexdigest(), 16)  # nosec B324  # derives a port number, not a security use
     return 20000 + digest % 10000
 
 
@@ -98,7 +98,7 @@ class Cluster:
         self.data = self.folder / "data"
 
     def settings(self, name: str = DB_NAME) -> dict:
-        return {"HOST": "127.0.0.1", "PORT": str(self.port), "NAME": name, "USER": DB_USER, "PASSWORD": ""}
+        return {"HOST": "127.0.0.1", "PORT": str(self.port), "NAME": name, "USER": DB_USER, "PASSWORD": ""}  # nosec B105  # the embedded cluster uses trust auth on 127.0.0.1: there is no password
 
     def url(self, name: str = DB_NAME) -> str:
         return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
@@ -179,6 +179,6 @@ def _ensure_database(port: int, name: str = DB_NAME) -> None:
 
 
 def _run(command: list[str], what: str) -> None:
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True)  # nosec B603  # argv built in this module (initdb, pg_ctl); no shell, no outside input
     if done.returncode != 0:
         raise LocalDatabaseError(f"{what} failed ({done.returncode}): {done.stderr or done.stdout}")

@@ -50,7 +50,7 @@ SECRET_KEY = os.environ.get("RECKON_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ValueError("RECKON_SECRET_KEY must be set when RECKON_DEBUG is false")
-    SECRET_KEY = "reckon-local-development-only-not-secret"
+    SECRET_KEY = "reckon-local-development-only-not-secret"  # nosec B105  # the local development key, used only with RECKON_DEBUG on
 ALLOWED_HOSTS = os.environ.get("RECKON_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 INSTALLED_APPS = [
@@ -64,6 +64,8 @@ INSTALLED_APPS = [
     "template_partials",
     "pgtrigger",
     "django_q",
+    "axes",
+    "csp",
     "config",  # the project's own wiring: the periodic schedules (config/schedules.py)
     "ledger",
     "reconciliation",
@@ -84,9 +86,13 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "config.hardening.ContentSecurityPolicyMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the locked-out page.
+    "axes.middleware.AxesMiddleware",
 ]
+# django-axes refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -212,6 +218,21 @@ RECKON_APPROVAL_TTL_HOURS = float(os.environ.get("RECKON_APPROVAL_TTL_HOURS", "2
 RECKON_RECOVERY_WINDOW_MINUTES = envint("RECKON_RECOVERY_WINDOW_MINUTES", 30)
 
 # -- Hardening: cookies, headers, limits, login throttling, the worker API and /metrics ---------
+import ipaddress  # here rather than at the top: only the hardening settings use them
+from datetime import timedelta
+
+
+def envnetworks(name: str, default: str) -> list[str]:
+    """A comma-separated list of IP addresses or networks (`10.0.0.5`, `10.0.0.0/8`, `::1`)."""
+    networks = []
+    for item in filter(None, (part.strip() for part in os.environ.get(name, default).split(","))):
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ValueError(f"{name} must list IP addresses or networks (10.0.0.0/8, ::1), got {item!r}") from None
+    return networks
+
+
 # Secure transport settings switch on with RECKON_DEBUG=false, so that
 # `manage.py check --deploy --fail-level WARNING` is clean in production; each is overridable.
 SESSION_COOKIE_HTTPONLY = True
@@ -229,23 +250,46 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-# Everything is served from our own origin (htmx included); no inline scripts.
-RECKON_CSP = os.environ.get(
-    "RECKON_CSP",
-    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'self'; "
-    "form-action 'self'; frame-ancestors 'none'",
-)
+# Content-Security-Policy (django-csp): everything is served from our own origin (htmx included);
+# no inline scripts or styles, no plugins, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("RECKON_MAX_REQUEST_BYTES", 1024 * 1024)
 RECKON_API_MAX_BODY_BYTES = envint("RECKON_API_MAX_BODY_BYTES", 256 * 1024)
-# Per-process by default; with several web processes use a shared cache (e.g. Django's
-# database cache) so the login limit holds across them.
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "reckon"}}
+# The reverse proxies / load balancers in front of the web processes (addresses or networks).
+# When the direct peer is one of them, the client address is taken from X-Forwarded-For (the
+# rightmost hop that is not itself a trusted proxy); from any other peer X-Forwarded-For is
+# ignored. The login throttle and the /metrics allow-list key on that address
+# (config.hardening.client_address). Empty: the direct peer is the client.
+RECKON_TRUSTED_PROXIES = envnetworks("RECKON_TRUSTED_PROXIES", "")
+# Login throttling (django-axes, on /accounts/login/ and /admin/login/ alike). Failures count per
+# (username, client address) pair, the username normalised as Django does (NFKC) and case-folded;
+# LIMIT failures lock that pair until WINDOW seconds pass without another try, and a success
+# clears its count. Another address or another username is not held up, so nobody can lock a
+# colleague out from elsewhere. Attempts are rows in PostgreSQL: the limit holds across web
+# processes and hosts.
 RECKON_LOGIN_FAILURE_LIMIT = envint("RECKON_LOGIN_FAILURE_LIMIT", 5)
 RECKON_LOGIN_FAILURE_WINDOW = envint("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60)
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = RECKON_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=RECKON_LOGIN_FAILURE_WINDOW)
+AXES_USERNAME_CALLABLE = "config.hardening.login_username"
+AXES_CLIENT_IP_CALLABLE = "config.hardening.client_address"
+AXES_LOCKOUT_CALLABLE = "config.hardening.locked_out"
+AXES_RESET_ON_SUCCESS = True
+# /metrics: with RECKON_DEBUG=false it needs this bearer token *and* an allowed client address
+# (without a token it answers 403 saying so); in debug, either one opens it.
 RECKON_METRICS_TOKEN = os.environ.get("RECKON_METRICS_TOKEN", "")
-RECKON_METRICS_ALLOW = [
-    a.strip() for a in os.environ.get("RECKON_METRICS_ALLOW", "127.0.0.1,::1").split(",") if a.strip()
-]
+RECKON_METRICS_ALLOW = envnetworks("RECKON_METRICS_ALLOW", "127.0.0.1,::1")
 # -- end of hardening ----------------------------------------------------------------------------
 
 LOGGING = {

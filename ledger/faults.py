@@ -24,10 +24,14 @@ POINTS = (
 
 _ARMED = os.environ.get("RECKON_FAULT_POINT") or None
 _JOBS = tuple(j for j in os.environ.get("RECKON_FAULT_JOBS", "").split(",") if j)
-_DIR = Path(os.environ.get("RECKON_FAULT_DIR", "/tmp/reckon-faults"))
+_DIR = Path(os.environ["RECKON_FAULT_DIR"]) if os.environ.get("RECKON_FAULT_DIR") else None
 
 if _ARMED is not None and _ARMED not in POINTS:
     raise ValueError(f"RECKON_FAULT_POINT={_ARMED!r} is not one of {', '.join(POINTS)}")
+# The records decide whether a point fires again: a folder shared between runs (or users) would let
+# stale or planted records silence a fault, so an armed worker must be given its own.
+if _ARMED is not None and _DIR is None:
+    raise ValueError("RECKON_FAULT_POINT needs RECKON_FAULT_DIR: a folder of this run's own for the fired records")
 
 
 def fault_point(name: str, job_id: str) -> None:

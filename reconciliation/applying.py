@@ -60,7 +60,7 @@ def backoff_seconds(check_count: int) -> float:
         settings.RECKON_RECONCILE_BACKOFF_CAP,
         settings.RECKON_RECONCILE_BACKOFF_BASE * 2 ** max(check_count - 1, 0),
     )
-    return delay / 2 + random.uniform(0, delay / 2)  # nosec B311: jitter, not a secret
+    return delay / 2 + random.uniform(0, delay / 2)  # nosec B311  # back-off jitter, not security
 
 
 def apply_looks(looks: list[Look]) -> list[Decision]:

@@ -90,7 +90,7 @@ class FaultConfig:
     def __init__(self, rates: dict | None = None, latency: dict | None = None,
                  seed: int | None = None):
         self._lock = threading.Lock()
-        self._random = random.Random(seed)
+        self._random = random.Random(seed)  # nosec B311  # seeded fault injection, reproducible on purpose; not security
         self._rates = {kind: 0.0 for kind in KINDS}
         self._latency = {"min": 0.0, "max": 0.0}
         self._seed = seed

@@ -407,4 +407,4 @@ class Store:
     def reset(self) -> None:
         with self.writing() as conn:
             for table in TABLES:
-                conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+                conn.execute(f"DELETE FROM {table}")  # nosec B608  # fixed table names (TABLES)

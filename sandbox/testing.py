@@ -112,7 +112,7 @@ class SandboxProcess:
                                                            os.environ.get("PYTHONPATH")]))}
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=log,
+            self.process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=log,  # nosec B603  # the sandbox's own command line; no shell, no outside input
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

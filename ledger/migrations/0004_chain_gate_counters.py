@@ -24,7 +24,7 @@ def chain_existing_events(apps, schema_editor):
         previous = {}
         for event_id, job_id in rows:
             cursor.execute(
-                f"UPDATE ledger_ledgerevent e SET prev_hash = %s WHERE id = %s RETURNING {CHAIN_HASH.format(row='e')}",
+                f"UPDATE ledger_ledgerevent e SET prev_hash = %s WHERE id = %s RETURNING {CHAIN_HASH.format(row='e')}",  # nosec B608  # SQL built from module constants (state names, fixed text); values are bound parameters
                 [previous.get(job_id, ""), event_id],
             )
             digest = cursor.fetchone()[0]

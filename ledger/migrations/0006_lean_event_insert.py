@@ -20,7 +20,7 @@ HASH_CHAIN = [
                                    ORDER BY e.id DESC LIMIT 1), '');
         NEW.hash := {CHAIN_HASH.format(row="NEW")};
         RETURN NEW;
-    END $$""",
+    END $$""",  # nosec B608  # DDL filled from this module's constants
     "CREATE TRIGGER reckon_hash_chain BEFORE INSERT ON ledger_ledgerevent FOR EACH ROW EXECUTE FUNCTION reckon_hash_chain()",
 ]
 UNDO_HASH_CHAIN = [

@@ -64,7 +64,7 @@ def insert_objects(objs: list) -> None:
         obj._prepare_related_fields_for_save(operation_name="insert_objects")
     source, aliases, params = _records(fields, [[getattr(obj, f.attname) for f in fields] for obj in objs])
     sql = (
-        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # nosec B608  # identifiers from model metadata, quoted; values bound as one jsonb parameter
         f"SELECT {', '.join(f'v.{a}' for a in aliases)} FROM {source} "
         f"ORDER BY v.position RETURNING {quote(model._meta.pk.column)}"
     )
@@ -94,7 +94,7 @@ def update_from_values(model, *, match, names, rows, extra=(), set_sql=()) -> li
     assignments = [f"{quote(f.column)} = v.{a}" for f, a in zip(assigned, aliases[len(matched):], strict=True)]
     condition = " AND ".join(f"t.{quote(f.column)} = v.{a}" for f, a in zip(matched, aliases, strict=False))
     sql = (
-        f"UPDATE {quote(model._meta.db_table)} AS t SET {', '.join(assignments + list(set_sql))} "
+        f"UPDATE {quote(model._meta.db_table)} AS t SET {', '.join(assignments + list(set_sql))} "  # nosec B608  # identifiers from model metadata, quoted; values bound as one jsonb parameter
         f"FROM {source} WHERE {condition} RETURNING t.{quote(model._meta.pk.column)}"
     )
     with connection.cursor() as cursor:

@@ -315,7 +315,7 @@ def claim_for_reconciliation(*, limit: int) -> list[Job]:
     hold = timedelta(seconds=settings.RECKON_RECONCILE_CLAIM_TTL)
     jobs = list(
         Job.objects.raw(
-            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "
+            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "  # nosec B608  # the table from the model, the subquery from the ORM with its parameters bound
             f"FROM ({select} FOR UPDATE SKIP LOCKED) AS due(id, was_due) WHERE j.id = due.id "
             "RETURNING j.*, due.was_due",
             [hold, *params],

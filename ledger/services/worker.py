@@ -240,7 +240,7 @@ def _call_step(function: str, columns: str, *args) -> tuple | None:
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)
+        cursor.execute(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)  # nosec B608  # function and column list are module constants; arguments bound
         return cursor.fetchone()
 
 

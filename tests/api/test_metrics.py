@@ -18,10 +18,19 @@ SAMPLE = re.compile(
     r"(?P<value>-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)$"
 )
 UNKNOWN_WORK = {"needs_reconciliation", "needs_operator", "escalated", "awaiting_approval", "blocked"}
+TOKEN = "s3cret-metrics-token"
+BEARER = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
 
 
-def scrape(client: Client | None = None, **headers) -> dict[tuple, float]:
-    response = (client or Client()).get("/metrics", **headers)
+@pytest.fixture(autouse=True)
+def production(settings):
+    """Production rules (DEBUG off, as in every test) with a token configured."""
+    settings.DEBUG = False
+    settings.RECKON_METRICS_TOKEN = TOKEN
+
+
+def scrape(client: Client | None = None, *, token: bool = True, **headers) -> dict[tuple, float]:
+    response = (client or Client()).get("/metrics", **(BEARER if token else {}), **headers)
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     samples, typed = {}, set()
@@ -129,18 +138,57 @@ def test_it_is_one_query_per_family(django_assert_max_num_queries):
         scrape()
 
 
-def test_an_address_outside_the_allow_list_is_refused():
-    assert Client(REMOTE_ADDR="10.1.2.3").get("/metrics").status_code == 403
+def _refused(response, reason: str) -> None:
+    assert response.status_code == 403
+    assert reason in response.content.decode()
 
 
-def test_a_bearer_token_opens_it_from_anywhere(settings):
-    settings.RECKON_METRICS_TOKEN = "s3cret-metrics-token"
-    remote = Client(REMOTE_ADDR="10.1.2.3")
-    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
-    assert scrape(remote, HTTP_AUTHORIZATION="Bearer s3cret-metrics-token")
+def test_the_token_is_required_in_production():
+    _refused(Client().get("/metrics"), "metrics need the bearer token")  # from the host itself
+    _refused(Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong"), "metrics need the bearer token")
+    _refused(Client().get("/metrics", HTTP_AUTHORIZATION=f"Basic {TOKEN}"), "metrics need the bearer token")
+    assert scrape()
+
+
+def test_without_a_configured_token_production_keeps_it_closed(settings):
+    settings.RECKON_METRICS_TOKEN = ""
+    _refused(Client().get("/metrics"), "RECKON_METRICS_TOKEN is not set")
+    _refused(Client().get("/metrics", HTTP_AUTHORIZATION="Bearer "), "RECKON_METRICS_TOKEN is not set")
+
+
+def test_an_address_outside_the_allow_list_is_refused_even_with_the_token():
+    _refused(Client(REMOTE_ADDR="10.1.2.3").get("/metrics", **BEARER), "not served to this address")
 
 
 def test_the_allow_list_takes_networks(settings):
     settings.RECKON_METRICS_ALLOW = ["10.0.0.0/8"]
     assert scrape(Client(REMOTE_ADDR="10.1.2.3"))
-    assert Client().get("/metrics").status_code == 403
+    _refused(Client().get("/metrics", **BEARER), "not served to this address")
+
+
+def test_in_debug_the_token_or_an_allowed_address_is_enough(settings):
+    settings.DEBUG = True
+    assert scrape(Client(), token=False)  # an allowed address, no token
+    remote = Client(REMOTE_ADDR="10.1.2.3")
+    _refused(remote.get("/metrics"), "RECKON_METRICS_ALLOW")
+    _refused(remote.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong"), "RECKON_METRICS_ALLOW")
+    assert scrape(remote)  # the token opens it from anywhere
+
+
+def test_the_allow_list_sees_the_client_behind_a_trusted_proxy(settings):
+    settings.RECKON_TRUSTED_PROXIES = ["10.0.0.2"]
+    settings.RECKON_METRICS_ALLOW = ["192.0.2.0/24"]
+    proxy = Client(REMOTE_ADDR="10.0.0.2")
+    assert scrape(proxy, HTTP_X_FORWARDED_FOR="198.51.100.1, 192.0.2.9")
+    _refused(proxy.get("/metrics", HTTP_X_FORWARDED_FOR="192.0.2.9, 198.51.100.1", **BEARER), "this address")
+    _refused(proxy.get("/metrics", **BEARER), "this address")  # the proxy itself is not allowed
+    # From a peer that is not a trusted proxy the header is ignored.
+    forged = Client(REMOTE_ADDR="198.51.100.1").get("/metrics", HTTP_X_FORWARDED_FOR="192.0.2.9", **BEARER)
+    _refused(forged, "this address")
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_writes_get_405_not_a_csrf_page(method):
+    response = getattr(Client(enforce_csrf_checks=True), method)("/metrics", **BEARER)
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
