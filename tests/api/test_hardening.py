@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from tests.processes import ROOT
+from tests.processes import ROOT, database_url_of_tests
 
 pytestmark = pytest.mark.django_db
 
@@ -21,6 +21,7 @@ def test_check_deploy_is_clean_with_production_settings():
         "RECKON_DEBUG": "false",
         "RECKON_SECRET_KEY": secrets.token_urlsafe(50),
         "RECKON_ALLOWED_HOSTS": "reckon.example.com",
+        "DATABASE_URL": database_url_of_tests(),  # production has a database of its own, never the embedded one
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

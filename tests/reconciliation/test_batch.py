@@ -12,11 +12,11 @@ from django_q.signing import SignedPackage
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.actions import Action, _registry, register
-from ledger.demo_actions import send_mail
 from ledger.models import Job, LedgerEvent
 from reconciliation import services as reconciliation
 from reconciliation.models import ReconciliationCheck
 from reconciliation.reconcilers import Finding, Outcome
+from sandbox.demo_actions import send_mail
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
 from tests.reconciliation.helpers import INVOICE, MAIL, assert_ledger_clean, send_message, unknown_job

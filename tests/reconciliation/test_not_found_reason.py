@@ -3,10 +3,10 @@
 import pytest
 
 from ledger.actions import Action, register
-from ledger.demo_actions import send_mail
 from reconciliation.models import ReconciliationCheck
 from reconciliation.reconcilers import Finding, Outcome
 from reconciliation.services import reconcile_job
+from sandbox.demo_actions import send_mail
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import MAIL, unknown_job
 
