@@ -296,7 +296,7 @@ class Cluster:
 
         try:
             psycopg.connect(host="127.0.0.1", port=self.port, user=DB_USER, dbname="postgres", password="",
-                            passfile=os.devnull, connect_timeout=5).close()
+                            passfile=str(self.folder / "no-passfile"), connect_timeout=5).close()
         except psycopg.OperationalError:
             return False
         return True

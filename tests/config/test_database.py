@@ -58,10 +58,10 @@ def test_a_non_postgresql_database_url_is_refused():
 # -- who may connect to the embedded cluster ----------------------------------------------------
 
 @pytest.fixture
-def no_client_password(monkeypatch):
+def no_client_password(monkeypatch, tmp_path):
     """libpq must not find a password anywhere but where a test passes one."""
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    monkeypatch.setenv("PGPASSFILE", os.devnull)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-passfile"))
 
 
 def _connect(cluster: localdb.Cluster, **password):
