@@ -1,8 +1,10 @@
 # Reckon: `make run` serves the console with its workers; `make test` runs the whole suite.
+# Debug is off unless asked for: these targets are local development, and say so.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV := RECKON_DEBUG=true
 
 .PHONY: run test bandit check bench chaos clean-db
 
@@ -14,11 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python manage.py runstack
+	$(DEV) RECKON_DEMO=true $(BIN)/python manage.py runstack
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python manage.py check --fail-level WARNING
+	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
 	$(MAKE) --no-print-directory bandit
 	$(BIN)/python -m pytest
 
@@ -33,14 +35,14 @@ bandit: $(STAMP)
 
 # The full benchmark (a million-attempt ledger; several minutes) and the full chaos matrix.
 bench: $(STAMP)
-	$(BIN)/python manage.py bench --json bench-report.json
+	$(DEV) $(BIN)/python manage.py bench --json bench-report.json
 
 chaos: $(STAMP)
-	$(BIN)/python manage.py chaos --runs-per-point 50 --random-minutes 30 --json chaos-report.json
+	$(DEV) $(BIN)/python manage.py chaos --runs-per-point 50 --random-minutes 30 --json chaos-report.json
 
 check: $(STAMP)
-	$(BIN)/python manage.py ledger_check
+	$(DEV) $(BIN)/python manage.py ledger_check
 
-# Stops the embedded PostgreSQL (data stays in .pgdata/).
+# Stops the embedded PostgreSQL (data stays in .pgdata/; `make run` stops it too when it started it).
 clean-db: $(STAMP)
 	$(BIN)/python -c "import sys; sys.path.insert(0, '.'); from config.localdb import stop_cluster; stop_cluster()"

@@ -229,7 +229,8 @@ def _pg(world: World, tool: str, *args: str) -> None:
     from config.localdb import find_bindir
 
     command = [str(find_bindir() / tool), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
+                          env={**os.environ, **world.cluster.client_env()})
     if done.returncode != 0:
         raise RuntimeError(f"{tool} failed: {done.stderr.strip()[:500]}")
 

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connections
 
 from config.localdb import Cluster
+from ledger.actions import load_action_modules
 from sandbox.testing import SandboxProcess, free_port
 
 ROOT = Path(settings.BASE_DIR)
@@ -83,6 +84,8 @@ class World:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> World:
+        # The world's work is the demo's actions against the sandbox, here and in every worker.
+        load_action_modules([settings.RECKON_DEMO_ACTION_MODULE])
         self.cluster.ensure(self.database)
         self._point_django_here()
         from django.core.management import call_command
@@ -103,6 +106,8 @@ class World:
     def env(self) -> dict:
         return {
             "DATABASE_URL": self.cluster.url(self.database),
+            "RECKON_ACTION_MODULES": ",".join(dict.fromkeys([*settings.RECKON_ACTION_MODULES,
+                                                             settings.RECKON_DEMO_ACTION_MODULE])),
             **{f"RECKON_{n}_URL": self.sandbox.url for n in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT")},
             "RECKON_DEMO_LEASE_TTL": str(self.LEASE_TTL),
             "RECKON_PROVIDER_TIMEOUT": "3",

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -45,12 +47,46 @@ def database_from_url(url: str) -> dict:
     }
 
 
-DEBUG = envbool("RECKON_DEBUG", True)
+def envlist(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+# Django's own rule for a strong key (check security.W009): at least 50 characters, at least 5
+# distinct ones, and not the `django-insecure-` prefix startproject writes.
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+DEVELOPMENT_SECRET_KEY = "reckon-local-development-only-not-secret"  # nosec B105  # the published development key, refused whenever RECKON_DEBUG is off
+# Keys that were published (.env.example's placeholder, this file's development key): never secret.
+PUBLISHED_SECRET_KEYS = frozenset({"change-me", "changeme", DEVELOPMENT_SECRET_KEY})
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why `key` cannot sign production sessions, or None when it can."""
+    if not key:
+        return "is not set"
+    if key.strip().lower() in PUBLISHED_SECRET_KEYS:
+        return "is a published placeholder"
+    if key.startswith("django-insecure-"):
+        return "starts with django-insecure-"
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        return f"has {len(key)} characters; it needs at least {SECRET_KEY_MIN_LENGTH}"
+    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return f"has fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} distinct characters"
+    return None
+
+
+# Off unless asked for: `make run` and the tests turn it on; a deployment never has to remember to.
+DEBUG = envbool("RECKON_DEBUG", False)
 SECRET_KEY = os.environ.get("RECKON_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ValueError("RECKON_SECRET_KEY must be set when RECKON_DEBUG is false")
-    SECRET_KEY = "reckon-local-development-only-not-secret"  # nosec B105  # the local development key, used only with RECKON_DEBUG on
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+elif problem := secret_key_problem(SECRET_KEY):
+    raise ImproperlyConfigured(
+        f"RECKON_SECRET_KEY {problem}. With RECKON_DEBUG=false Reckon needs a secret key of its own: "
+        f"at least {SECRET_KEY_MIN_LENGTH} random characters, e.g. the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (For local development, set "
+        "RECKON_DEBUG=true instead.)"
+    )
 ALLOWED_HOSTS = os.environ.get("RECKON_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 INSTALLED_APPS = [
@@ -114,6 +150,12 @@ TEMPLATES = [
 
 if os.environ.get("DATABASE_URL"):
     _database = database_from_url(os.environ["DATABASE_URL"])
+elif not DEBUG and not envbool("RECKON_EMBEDDED_DB", False):
+    raise ImproperlyConfigured(
+        "RECKON_DEBUG is false and DATABASE_URL is not set. Set DATABASE_URL=postgresql://user:pass@host:5432/"
+        "reckon: the embedded PostgreSQL in .pgdata/ is a development database (RECKON_EMBEDDED_DB=true "
+        "allows it anyway)."
+    )
 else:
     from config.localdb import ensure_cluster
 
@@ -184,6 +226,15 @@ Q_CLUSTER = {
     "poll": 0.2,
     "label": "Tasks",
 }
+
+# The actions this deployment runs: modules imported at start-up that register them (with
+# `ledger.actions.action` or `register`). `reckon.echo` is always there. Demo mode (RECKON_DEMO=true;
+# `runstack` without --no-demo sets it for its children) adds the demo's actions for the sandbox.
+RECKON_DEMO = envbool("RECKON_DEMO", False)
+RECKON_DEMO_ACTION_MODULE = "sandbox.demo_actions"
+RECKON_ACTION_MODULES = envlist("RECKON_ACTION_MODULES")
+if RECKON_DEMO and RECKON_DEMO_ACTION_MODULE not in RECKON_ACTION_MODULES:
+    RECKON_ACTION_MODULES.append(RECKON_DEMO_ACTION_MODULE)
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = float(os.environ.get("RECKON_SWEEP_INTERVAL", "5"))

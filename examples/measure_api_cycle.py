@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ["RECKON_DISPATCH"] = "false"
+os.environ.setdefault("RECKON_DEBUG", "true")  # a local measurement on the embedded database
 
 
 def free_port() -> int:
@@ -43,6 +44,7 @@ def serve(database_url: str, port: int) -> subprocess.Popen:
             "1",
             "--log-level",
             "warning",
+            "--no-control-socket",
         ],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": database_url, "RECKON_DISPATCH": "false"},

@@ -3,11 +3,20 @@
 An action's executor gets the job (with its idempotency key) and returns an `Outcome`; it must
 send the key on every external call and classify honestly: a timeout or a dropped connection
 is `Unknown`, never `Failed`.
+
+A deployment's actions live in its own modules, named in the RECKON_ACTION_MODULES setting and
+imported at start-up; each registers its actions with the `action` decorator (or `register`):
+
+    @action("mail.send", queryable=True, reconciler="myapp.reconcilers.mail")
+    def send_mail(job: Job) -> Outcome: ...
+
+Only `reckon.echo`, which touches nothing outside, is built in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -90,6 +99,28 @@ def registered_actions() -> list[Action]:
     return sorted(_registry.values(), key=lambda a: a.name)
 
 
+def action(
+    name: str,
+    *,
+    reversible: bool = True,
+    queryable: bool = False,
+    max_attempts: int = 3,
+    lease_ttl: timedelta = timedelta(seconds=30),
+    reconciler: str | None = None,
+    observe_identity: Callable[[Job], dict] | None = None,
+) -> Callable[[Executor], Executor]:
+    """Register the decorated function as the executor of action `name` (see `Action`)."""
+
+    def decorate(executor: Executor) -> Executor:
+        register(Action(name=name, executor=executor, reversible=reversible, queryable=queryable,
+                        max_attempts=max_attempts, lease_ttl=lease_ttl, reconciler=reconciler,
+                        observe_identity=observe_identity))
+        return executor
+
+    return decorate
+
+
+@action("reckon.echo")
 def _echo(job: Job) -> Outcome:
     """The built-in trivial action: no outside world, succeeds with the key as its result."""
     if job.payload.get("fail"):
@@ -97,17 +128,15 @@ def _echo(job: Job) -> Outcome:
     return Succeeded(result_ref=f"echo:{job.idempotency_key}")
 
 
-def load_builtin_actions() -> None:
-    register(
-        Action(
-            name="reckon.echo",
-            executor=_echo,
-            reversible=True,
-            queryable=False,
-            max_attempts=3,
-            lease_ttl=timedelta(seconds=30),
-        )
-    )
-    from ledger.demo_actions import load_demo_actions
+def load_action_modules(modules: Iterable[str]) -> None:
+    """Import each module of RECKON_ACTION_MODULES; importing one registers its actions."""
+    from django.core.exceptions import ImproperlyConfigured
 
-    load_demo_actions()
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise  # the module exists; something it imports does not
+            raise ImproperlyConfigured(f"RECKON_ACTION_MODULES names {module!r}, which cannot be imported: {exc}") \
+                from exc

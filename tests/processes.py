@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from django.db import connection
 
@@ -35,7 +37,7 @@ _POLL = threading.Event()
 def database_url_of_tests() -> str:
     """The URL of the database this test process uses (pytest-django's test database)."""
     s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    auth = quote(s["USER"], safe="") + (f":{quote(s['PASSWORD'], safe='')}" if s["PASSWORD"] else "")
     return f"postgresql://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
@@ -88,3 +90,23 @@ def qcluster(*, workers: int = 2, env: dict | None = None) -> ManagedProcess:
     return ManagedProcess([sys.executable, str(ROOT / "manage.py"), "qcluster"],
                           env={"DATABASE_URL": database_url_of_tests(), "RECKON_Q_WORKERS": str(workers),
                                **(env or {})}, log_name="qcluster")
+
+
+def production_env(**overrides: str | None) -> dict:
+    """This process's environment as a production start has it: debug off, a strong secret key, a
+    host of our own, plain HTTP allowed (a local test has no TLS proxy). None removes a variable."""
+    env = {name: value for name, value in os.environ.items() if name != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env |= {"RECKON_DEBUG": "false", "RECKON_SECRET_KEY": secrets.token_urlsafe(50),
+            "RECKON_ALLOWED_HOSTS": "127.0.0.1,localhost", "RECKON_SSL_REDIRECT": "false"}
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def manage(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`manage.py ARGS` in a process of its own with exactly `env`; its output as text."""
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -12,7 +12,7 @@ from django.test import Client, RequestFactory
 
 from config.hardening import client_address
 from tests.conftest import _persona
-from tests.processes import ROOT
+from tests.processes import ROOT, database_url_of_tests
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +24,7 @@ def test_check_deploy_is_clean_with_production_settings():
         "RECKON_DEBUG": "false",
         "RECKON_SECRET_KEY": secrets.token_urlsafe(50),
         "RECKON_ALLOWED_HOSTS": "reckon.example.com",
+        "DATABASE_URL": database_url_of_tests(),  # production has a database of its own, never the embedded one
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

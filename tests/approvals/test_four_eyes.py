@@ -8,10 +8,10 @@ from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.actions import Action, _registry, register
-from ledger.demo_actions import send_mail
 from ledger.models import Job
 from reconciliation import decisions
 from reconciliation.passes import reconcile_job
+from sandbox.demo_actions import send_mail
 from tests.conftest import _persona, latest_attempt
 from tests.reconciliation.helpers import MAIL, assert_ledger_clean, unknown_job
 

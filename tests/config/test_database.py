@@ -1,11 +1,20 @@
 """The embedded PostgreSQL default and DATABASE_URL."""
 
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from config import localdb
 from config.settings import database_from_url
+from sandbox.testing import free_port
 
 
 def test_the_tests_run_on_postgresql(django_db_setup, django_db_blocker):
@@ -44,3 +53,130 @@ def test_database_url_is_parsed():
 def test_a_non_postgresql_database_url_is_refused():
     with pytest.raises(ValueError, match="Reckon needs PostgreSQL"):
         database_from_url("sqlite:///db.sqlite3")
+
+
+# -- who may connect to the embedded cluster ----------------------------------------------------
+
+@pytest.fixture
+def no_client_password(monkeypatch, tmp_path):
+    """libpq must not find a password anywhere but where a test passes one."""
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-passfile"))
+
+
+def _connect(cluster: localdb.Cluster, **password):
+    return psycopg.connect(host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres",
+                           connect_timeout=5, **password)
+
+
+def test_the_embedded_cluster_refuses_a_login_without_its_password(no_client_password):
+    localdb.ensure_cluster()
+    cluster = localdb.default_cluster()
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        _connect(cluster).close()
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        _connect(cluster, password="admin").close()
+    with _connect(cluster, password=cluster.password()) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+
+
+def test_the_password_file_is_ours_alone():
+    localdb.ensure_cluster()
+    info = os.stat(localdb.default_cluster().folder / localdb.PASSWORD_FILE, follow_symlinks=False)
+    assert stat.S_ISREG(info.st_mode)
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert info.st_uid == os.geteuid()
+
+
+@pytest.fixture
+def scratch_folder():
+    """A folder the `postgres` user can reach when we are root (pytest's tmp_path is 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="reckon-localdb-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _legacy_cluster(folder: Path, port: int) -> localdb.Cluster:
+    """A cluster exactly as the old code made it: `initdb -A trust`, every local login let in."""
+    cluster = localdb.Cluster(folder, port)
+    folder.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+    initdb = [str(localdb.find_bindir() / "initdb"), "-D", str(cluster.data), "-U", "postgres", "-A", "trust",
+              "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]
+    subprocess.run(localdb._as_postgres() + initdb, check=True, capture_output=True)
+    cluster.start()
+    return cluster
+
+
+@pytest.mark.slow
+def test_a_cluster_made_with_trust_is_upgraded_in_place_on_first_use(scratch_folder, no_client_password):
+    cluster = _legacy_cluster(scratch_folder / "pg", free_port())
+    try:
+        with _connect(cluster, autocommit=True) as conn:  # trust: no password asked
+            conn.execute("CREATE DATABASE kept")
+        with psycopg.connect(host="127.0.0.1", port=cluster.port, user="postgres", dbname="kept",
+                             autocommit=True) as conn:
+            conn.execute("CREATE TABLE ledger_before (note text)")
+            conn.execute("INSERT INTO ledger_before VALUES ('written before the upgrade')")
+
+        upgraded = localdb.Cluster(cluster.folder, cluster.port)
+        settings = upgraded.ensure("kept")
+
+        assert not upgraded.trusting()
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            _connect(upgraded).close()
+        assert settings["PASSWORD"] == upgraded.password()
+        with psycopg.connect(host="127.0.0.1", port=cluster.port, user="postgres", dbname="kept",
+                             password=settings["PASSWORD"]) as conn:
+            assert conn.execute("SELECT note FROM ledger_before").fetchall() == [("written before the upgrade",)]
+        assert upgraded.postmaster_pid() == cluster.postmaster_pid()  # reloaded, not restarted
+    finally:
+        cluster.stop()
+
+
+def test_the_cluster_folder_is_refused_when_it_is_a_symlink(scratch_folder):
+    target = scratch_folder / "elsewhere"
+    target.mkdir(mode=0o755)
+    before = os.stat(target)
+    (scratch_folder / "pg").symlink_to(target)
+    with pytest.raises(localdb.LocalDatabaseError, match="not a plain folder"):
+        localdb.Cluster(scratch_folder / "pg", free_port()).ensure()
+    after = os.stat(target)
+    assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)  # not chowned, not chmodded
+    assert list(target.iterdir()) == []  # nothing written through the link
+
+
+def test_the_cluster_folder_is_refused_when_someone_else_owns_it(scratch_folder):
+    if os.geteuid() == 0:
+        folder = scratch_folder / "pg"
+        folder.mkdir(mode=0o777)
+        nobody = pwd.getpwnam("nobody")
+        os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+    else:
+        folder = Path("/")  # root's: refused before anything is changed
+    before = os.stat(folder)
+    with pytest.raises(localdb.LocalDatabaseError, match="belongs to uid"):
+        localdb.private_folder(folder)
+    after = os.stat(folder)
+    assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)
+
+
+def test_a_new_cluster_folder_is_private(scratch_folder):
+    folder = scratch_folder / "fresh"
+    localdb.private_folder(folder)
+    info = os.stat(folder)
+    assert stat.S_IMODE(info.st_mode) == 0o700
+    expected = pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else os.geteuid()
+    assert info.st_uid == expected
+
+
+def test_a_password_file_replaced_by_a_symlink_is_not_read(scratch_folder):
+    folder = scratch_folder / "pg"
+    localdb.private_folder(folder)
+    secret = scratch_folder / "not-a-password"
+    secret.write_text("something root can read")
+    (folder / localdb.PASSWORD_FILE).symlink_to(secret)
+    with pytest.raises(localdb.LocalDatabaseError, match="refusing to read"):
+        localdb.Cluster(folder, free_port()).password()

@@ -100,8 +100,8 @@ def reconciler_requested(provider):
     from datetime import timedelta
 
     from ledger.actions import Action, _registry, register
-    from ledger.demo_actions import send_mail
     from reconciliation.passes import reconcile_job
+    from sandbox.demo_actions import send_mail
     from tests.console.conftest import make_unknown_job
 
     register(

@@ -35,7 +35,7 @@ def test_healthz_answers_without_login(client):
 
 
 def test_the_login_page_logs_a_demo_user_in(client):
-    from console.demo_users import ensure_demo_users
+    from sandbox.demo_users import ensure_demo_users
 
     ensure_demo_users()
     page = client.get("/accounts/login/")
@@ -46,7 +46,7 @@ def test_the_login_page_logs_a_demo_user_in(client):
 
 
 def test_a_wrong_password_is_refused_with_a_message(client):
-    from console.demo_users import ensure_demo_users
+    from sandbox.demo_users import ensure_demo_users
 
     ensure_demo_users()
     response = client.post("/accounts/login/", {"username": "operator", "password": "nope"})

@@ -5,7 +5,7 @@ from django.core.management import call_command
 
 from ledger.invariants import find_violations
 from ledger.models import Job
-from ledger.simulation import ACTIONS
+from sandbox.simulation import ACTIONS
 from tests.conftest import sandbox_env
 from tests.processes import qcluster, wait_for
 

@@ -19,10 +19,10 @@ from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.actions import Action, _registry, register
-from ledger.demo_actions import send_mail
 from reconciliation import decisions
 from reconciliation.passes import reconcile_job, reconcile_until_idle
 from reconciliation.recovery import hold_for_recovery
+from sandbox.demo_actions import send_mail
 from tests.conftest import expire_lease, latest_attempt, make_job
 from tests.reconciliation.helpers import INVOICE, MAIL, create_invoice, unknown_job
 

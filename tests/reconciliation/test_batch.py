@@ -11,7 +11,6 @@ from django_q.signing import SignedPackage
 
 from approvals.models import ApprovalRequest
 from ledger.actions import Action, _registry, register
-from ledger.demo_actions import send_mail
 from ledger.models import Job, LedgerEvent
 from ledger.services import claim_for_reconciliation
 from ledger.tasks import run_job
@@ -20,6 +19,7 @@ from reconciliation import passes as reconciliation
 from reconciliation.applying import apply_looks
 from reconciliation.lookups import Finding, Lookups
 from reconciliation.models import CheckOutcome, ReconciliationCheck
+from sandbox.demo_actions import send_mail
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
 from tests.reconciliation.helpers import INVOICE, MAIL, assert_ledger_clean, send_message, unknown_job

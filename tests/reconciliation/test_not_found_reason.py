@@ -3,10 +3,10 @@
 import pytest
 
 from ledger.actions import Action, register
-from ledger.demo_actions import send_mail
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 from reconciliation.passes import reconcile_job
+from sandbox.demo_actions import send_mail
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import MAIL, unknown_job
 

@@ -8,11 +8,11 @@ from django.core.management import call_command
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.actions import Action, _registry, register
-from ledger.demo_actions import send_mail
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
 from reconciliation.models import ReconciliationCheck
 from reconciliation.passes import reconcile_due_jobs, reconcile_job
+from sandbox.demo_actions import send_mail
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
 from tests.reconciliation.helpers import (

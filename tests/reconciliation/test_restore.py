@@ -70,7 +70,7 @@ def test_after_a_restore_no_effect_is_repeated_and_every_job_ends_right(provider
     provider.request("PUT", "/_admin/faults", {"rates": {}})
     services.begin_side_effect(lease=stale)
     services.record_success(lease=stale, result_ref="sent-before-restore")
-    from ledger.demo_actions import send_mail
+    from sandbox.demo_actions import send_mail
 
     send_mail(Job.objects.get(job_id="mail-running"))  # the old worker's effect
     effects_before = provider.effects()["by_marker"]

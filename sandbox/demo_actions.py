@@ -1,5 +1,8 @@
 """The four demo actions, against the sandbox provider or any provider with the same contract.
 
+Registered when this module is imported: demo mode (RECKON_DEMO=true) and the tests name it in
+RECKON_ACTION_MODULES; a deployment names its own modules instead.
+
 Every call carries the job's idempotency key and its marker (the same string), so the effect
 can be found later by key or by marker. Classification is honest: 2xx -> Succeeded; a 4xx or
 a connection refused before sending -> Failed (nothing happened); a 5xx, a timeout or a
@@ -13,11 +16,13 @@ from urllib.parse import quote
 
 from django.conf import settings
 
-from ledger.actions import Action, Failed, Outcome, Succeeded, Unknown, register
+from ledger.actions import Failed, Outcome, Succeeded, Unknown, action
 from ledger.models import Job
 from ledger.providers import NoAnswer, NotSent, Reply, call
 
 MARKER_HEADER = "X-Reckon-Marker"
+# Chaos runs shorten the leases (RECKON_DEMO_LEASE_TTL) so that recovery takes seconds.
+LEASE_TTL = timedelta(seconds=settings.RECKON_DEMO_LEASE_TTL)
 
 
 def _headers(job: Job) -> dict:
@@ -53,6 +58,7 @@ def classify(reply: Reply, *, result_field: str) -> Outcome:
     return Unknown(reason=f"{reply.status} from provider: {reply.error}", evidence=evidence)
 
 
+@action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.invoice")
 def create_invoice(job: Job) -> Outcome:
     p = job.payload
     body = {
@@ -65,6 +71,7 @@ def create_invoice(job: Job) -> Outcome:
     return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body)
 
 
+@action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.mail")
 def send_mail(job: Job) -> Outcome:
     p = job.payload
     body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
@@ -84,6 +91,8 @@ def observe_profile(job: Job) -> dict:
     }
 
 
+@action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.post",
+        observe_identity=observe_profile)
 def publish_post(job: Job) -> Outcome:
     body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
     return _send(
@@ -96,56 +105,9 @@ def publish_post(job: Job) -> Outcome:
     )
 
 
+@action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL)
 def rotate_credential(job: Job) -> Outcome:
     name = quote(str(job.payload.get("name", "")), safe="")
     return _send(
         job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {}, result_field="version"
-    )
-
-
-def load_demo_actions() -> None:
-    ttl = timedelta(seconds=settings.RECKON_DEMO_LEASE_TTL)
-    register(
-        Action(
-            name="billing.create_invoice",
-            executor=create_invoice,
-            reversible=True,
-            queryable=True,
-            max_attempts=3,
-            lease_ttl=ttl,
-            reconciler="reconciliation.reconcilers.invoice",
-        )
-    )
-    register(
-        Action(
-            name="mail.send",
-            executor=send_mail,
-            reversible=True,
-            queryable=True,
-            max_attempts=3,
-            lease_ttl=ttl,
-            reconciler="reconciliation.reconcilers.mail",
-        )
-    )
-    register(
-        Action(
-            name="social.publish_post",
-            executor=publish_post,
-            reversible=True,
-            queryable=True,
-            max_attempts=3,
-            lease_ttl=ttl,
-            reconciler="reconciliation.reconcilers.post",
-            observe_identity=observe_profile,
-        )
-    )
-    register(
-        Action(
-            name="vault.rotate_credential",
-            executor=rotate_credential,
-            reversible=False,
-            queryable=False,
-            max_attempts=3,
-            lease_ttl=ttl,
-        )
     )

@@ -82,7 +82,7 @@ def test_a_refused_connection_sent_nothing_and_is_retryable(provider, settings):
                                           (422, Failed), (429, Failed), (500, Unknown), (502, Unknown),
                                           (503, Unknown)])
 def test_status_classification(status, kind):
-    from ledger.demo_actions import classify
+    from sandbox.demo_actions import classify
 
     assert isinstance(classify(Reply(status, {"id": "x", "error": "e"}), result_field="id"), kind)
 

@@ -53,6 +53,9 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
                 "5",
                 "--error-logfile",
                 "-",
+                # gunicorn 27 opens a control socket at one fixed path per user (~/.gunicorn/): a
+                # second server (tests, another checkout) would take it over. We do not use it.
+                "--no-control-socket",
             ],
         ),
         Child("qcluster", manage + ["qcluster"]),

@@ -1,12 +1,13 @@
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 from django.utils import timezone
 
 from ledger.models import Job
-from ledger.simulation import Workload, run
 from ledger.states import JobStatus
+from sandbox.simulation import Workload, run
 
 SETTLED = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR,
            JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL, JobStatus.BLOCKED, JobStatus.CANCELLED}
@@ -32,6 +33,9 @@ class Command(BaseCommand):
     def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, seed, prefix, every, wait, **options):
         if jobs < 1 or not 0 <= fault_rate <= 1 or not 0 <= mismatch_rate <= 1 or tenants < 1:
             raise CommandError("--jobs and --tenants must be positive; rates must be between 0 and 1")
+        if settings.RECKON_DEMO_ACTION_MODULE not in settings.RECKON_ACTION_MODULES:
+            raise CommandError("the workload is made of the demo's actions, which are not registered here: set "
+                               "RECKON_DEMO=true, for this command and for the workers that will run the jobs")
         while True:
             batch_prefix = prefix or f"sim-{timezone.now():%Y%m%d-%H%M%S}"
             started = time.monotonic()
