@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth.views import LogoutView
 from django.urls import include, path
 
 from api.metrics import metrics
@@ -6,8 +7,10 @@ from config.hardening import ThrottledLoginView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Only logging in and out: accounts are managed in /admin/, so no password reset or change
+    # pages (and no mail-based way into an account).
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/logout/", LogoutView.as_view(), name="logout"),
     path("api/v1/", include("api.urls")),
     path("metrics", metrics, name="metrics"),
     path("", include("console.urls")),

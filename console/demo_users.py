@@ -1,7 +1,11 @@
-"""The demo personas `make run` prints: one per role, plus a second operator and an admin."""
+"""The demo personas `make run` prints: one per role, plus a second operator and an admin.
+
+Every demo user sees every tenant (the demo workload spans several)."""
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+
+from console.models import TenantScope
 
 ROLES = ("operators", "approvers", "auditors")
 
@@ -26,5 +30,6 @@ def ensure_demo_users() -> list[tuple[str, str, str]]:
         user.is_staff = user.is_superuser = superuser
         user.save()
         user.groups.set([groups[g] for g in user_groups])
+        TenantScope.objects.update_or_create(user=user, defaults={"all_tenants": True, "tenants": []})
         rows.append((username, password, "superuser" if superuser else ", ".join(user_groups)))
     return rows
