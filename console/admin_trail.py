@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
 
@@ -19,6 +20,9 @@ def snapshot(obj) -> dict:
         if field.primary_key:
             continue
         value = getattr(obj, field.name)
+        if isinstance(value, datetime):
+            # To the second: the admin's date widgets drop microseconds, which is no change to record.
+            value = value.replace(microsecond=0)
         values[field.name] = str(value) if field.is_relation and value is not None else value
     for field in obj._meta.many_to_many:
         values[field.name] = sorted(str(related) for related in getattr(obj, field.name).all()) if obj.pk else []
