@@ -1,8 +1,14 @@
-"""/admin/: the ledger's tables, read-only for everyone. History changes only through services."""
+"""/admin/: the ledger's tables, read-only for everyone (history changes only through services);
+people, groups and tenant scopes, the one writable part, each change written to the admin trail."""
 
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+from django.db import transaction
 
 from approvals.models import ApprovalRequest
+from console.admin_trail import record_change, snapshot
+from console.models import AdminAuditEntry, TenantScope
 from ledger.models import Attempt, Job, LedgerEvent
 from reconciliation.models import ReconciliationCheck
 
@@ -69,3 +75,113 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
     list_select_related = ("job", "decided_by")
     search_fields = ("=job__job_id",)
     show_full_result_count = False
+
+
+@admin.register(AdminAuditEntry)
+class AdminAuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "at", "actor", "action", "object_type", "object_repr")
+    list_filter = ("action", "object_type")
+    search_fields = ("=actor", "=object_repr")
+
+
+# -- the writable part: people, groups and tenant scopes ------------------------------------------
+
+
+class SuperuserOnly:
+    """Tenant scopes widen what a person sees: only a superuser may grant or change them."""
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Writes every addition, change and deletion made here to the admin trail, in the same
+    transaction: the state before (taken when the object is loaded for a POST) and after."""
+
+    def audit_snapshot(self, obj) -> dict:
+        return snapshot(obj)
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None and request.method == "POST":
+            obj._audit_before = self.audit_snapshot(obj)
+        return obj
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change and not hasattr(obj, "_audit_before"):  # e.g. a list_editable save
+            obj._audit_before = self.audit_snapshot(type(obj)._default_manager.get(pk=obj.pk))
+        super().save_model(request, obj, form, change)
+
+    def log_addition(self, request, obj, message):
+        entry = super().log_addition(request, obj, message)
+        record_change(request.user, AdminAuditEntry.ADDED, obj, {}, self.audit_snapshot(obj))
+        return entry
+
+    def log_change(self, request, obj, message):
+        entry = super().log_change(request, obj, message)
+        before = getattr(obj, "_audit_before", {})
+        record_change(request.user, AdminAuditEntry.CHANGED, obj, before, self.audit_snapshot(obj))
+        return entry
+
+    def delete_model(self, request, obj) -> None:
+        with transaction.atomic():
+            pk, before = obj.pk, self.audit_snapshot(obj)
+            super().delete_model(request, obj)  # clears obj.pk
+            record_change(request.user, AdminAuditEntry.DELETED, obj, before, {}, pk=pk)
+
+    def delete_queryset(self, request, queryset) -> None:
+        with transaction.atomic():
+            gone = [(obj, obj.pk, self.audit_snapshot(obj)) for obj in queryset]
+            super().delete_queryset(request, queryset)
+            for obj, pk, before in gone:
+                record_change(request.user, AdminAuditEntry.DELETED, obj, before, {}, pk=pk)
+
+
+class TenantScopeInline(SuperuserOnly, admin.StackedInline):
+    model = TenantScope
+    can_delete = False
+    verbose_name_plural = "tenant scope (no scope: the console shows no tenant's jobs)"
+    fields = ("all_tenants", "tenants")
+
+
+@admin.register(TenantScope)
+class TenantScopeAdmin(SuperuserOnly, AuditedAdmin):
+    list_display = ("user", "all_tenants", "tenants")
+    list_select_related = ("user",)
+    fields = ("user", "all_tenants", "tenants")
+    search_fields = ("user__username",)
+
+
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class AuditedUserAdmin(AuditedAdmin, UserAdmin):
+    inlines = [TenantScopeInline]
+
+    def audit_snapshot(self, obj) -> dict:
+        scope = TenantScope.objects.filter(user_id=obj.pk).first() if obj.pk else None
+        return {**snapshot(obj), "tenant_scope": scope.describe() if scope else None}
+
+    def user_change_password(self, request, id, form_url=""):
+        # The new password and its trail entry are written together, or neither is.
+        with transaction.atomic():
+            return super().user_change_password(request, id, form_url)
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
+    def audit_snapshot(self, obj) -> dict:
+        # Deleting a group silently removes it from its members: the trail keeps who they were.
+        members = sorted(obj.user_set.values_list("username", flat=True)) if obj.pk else []
+        return {**snapshot(obj), "members": members}

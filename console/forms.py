@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from console.job_ids import reject_control_characters
 from console.selectors.audit import AuditFilter
 from console.selectors.queue import TABS, QueueFilter
 from ledger.actions import registered_actions
@@ -35,11 +36,13 @@ class QueueFilterForm(forms.Form):
     tab = forms.ChoiceField(choices=[(k, label) for k, (label, _) in TABS.items()], required=False)
     status = forms.ChoiceField(required=False)
     action = forms.ChoiceField(required=False)
-    tenant = forms.CharField(required=False, max_length=100)
+    tenant = forms.CharField(required=False, max_length=100, validators=[reject_control_characters])
     older_than = forms.TypedChoiceField(
         label="Age", choices=AGES, coerce=int, empty_value=None, required=False
     )
-    q = forms.CharField(label="Job id or key", required=False, max_length=320)
+    q = forms.CharField(
+        label="Job id or key", required=False, max_length=320, validators=[reject_control_characters]
+    )
     sort = forms.ChoiceField(choices=[("oldest", "oldest first"), ("newest", "newest first")], required=False)
     # The menu offers the usual sizes; a link may ask for any size up to the bound.
     size = forms.IntegerField(
@@ -102,10 +105,12 @@ class ApprovalDecisionForm(forms.Form):
 
 
 class AuditFilterForm(forms.Form):
-    job = forms.CharField(label="Job id", required=False, max_length=200)
-    key = forms.CharField(label="Idempotency key", required=False, max_length=320)
-    actor = forms.CharField(required=False, max_length=200)
-    kind = forms.CharField(required=False, max_length=64)
+    job = forms.CharField(label="Job id", required=False, max_length=200, validators=[reject_control_characters])
+    key = forms.CharField(
+        label="Idempotency key", required=False, max_length=320, validators=[reject_control_characters]
+    )
+    actor = forms.CharField(required=False, max_length=200, validators=[reject_control_characters])
+    kind = forms.CharField(required=False, max_length=64, validators=[reject_control_characters])
     since = forms.DateTimeField(
         label="From", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )

@@ -1,6 +1,10 @@
-from django.urls import path
+from django.urls import path, register_converter
+from django.views.decorators.cache import cache_control
 
+from console.job_ids import JobIdConverter
 from console.views import approvals, audit, jobs, overview, queue
+
+register_converter(JobIdConverter, "job_id")
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
@@ -9,10 +13,17 @@ urlpatterns = [
     path("queue/counts/", queue.queue_counts, name="queue_counts"),
     path("queue/bulk/", queue.bulk_decide, name="queue_bulk"),
     # decide/ first: a job id may itself contain slashes.
-    path("jobs/<path:job_id>/decide/", jobs.decide, name="job_decide"),
-    path("jobs/<path:job_id>/", jobs.job_detail, name="job_detail"),
+    path("jobs/<job_id:job_id>/decide/", jobs.decide, name="job_decide"),
+    path("jobs/<job_id:job_id>/", jobs.job_detail, name="job_detail"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/<int:request_id>/decide/", approvals.decide, name="approval_decide"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),
+    path("audit/admin-export.csv", audit.admin_audit_export, name="admin_audit_export"),
 ]
+
+# Console pages and exports carry other tenants' and people's data: no shared or disk cache
+# (a proxy, the browser's back-forward cache on a shared machine) may keep a copy.
+_private = cache_control(private=True, no_store=True)
+for _pattern in urlpatterns:
+    _pattern.callback = _private(_pattern.callback)

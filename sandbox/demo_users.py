@@ -10,6 +10,8 @@ from django.contrib.auth.hashers import check_password
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
+from console.models import TenantScope
+
 ROLES = ("operators", "approvers", "auditors")
 
 DEMO_USERS = [
@@ -39,6 +41,8 @@ def ensure_demo_users() -> list[tuple[str, str, str]]:
             user.is_staff = user.is_superuser = superuser
             user.save()
             user.groups.set([groups[g] for g in user_groups])
+            # The demo workload spans several tenants: every demo user sees them all.
+            TenantScope.objects.create(user=user, all_tenants=True)
         elif not check_password(password, user.password):
             password = "(changed; kept)"  # nosec B105  # a label printed instead of a password someone changed
         rows.append((username, password, "superuser" if superuser else ", ".join(user_groups)))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.shortcuts import get_object_or_404
 
 from approvals.models import ApprovalRequest
+from console.access import TenantFence
 from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
 from reconciliation.models import CheckOutcome, ReconciliationCheck
@@ -34,8 +35,9 @@ class JobRecord:
         return check.evidence.get("reason", "")
 
 
-def job_record(job_id: str) -> JobRecord:
-    job = get_object_or_404(Job, job_id=job_id)
+def job_record(job_id: str, fence: TenantFence) -> JobRecord:
+    """404 for a job outside the fence, exactly as for a missing one."""
+    job = get_object_or_404(fence.jobs(), job_id=job_id)
     return JobRecord(
         job=job,
         attempts=list(job.attempts.order_by("number")),

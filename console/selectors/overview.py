@@ -1,4 +1,6 @@
-"""The overview's figures: delivery capacity beside workflow correctness."""
+"""The overview's figures: delivery capacity beside workflow correctness, for the user's tenants.
+
+The dead-man gate is the one figure that is not per tenant: it is about the background loops."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from approvals.models import ApprovalRequest, ApprovalStatus
+from console.access import TenantFence
 from console.selectors.queue import NEEDS_HUMAN, oldest_unknown_at, unknown_work_counts
 from ledger.gate import Gate, gate_status
-from ledger.models import Attempt, Job, LedgerEvent
+from ledger.models import Attempt, LedgerEvent
 from ledger.states import Execution, JobStatus
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 
@@ -21,7 +24,10 @@ RECENT = timedelta(hours=1)
 
 @dataclass
 class Overview:
+    # The broker's queued deliveries; for a user fenced to some tenants, their jobs waiting for
+    # a worker (the broker's rows do not say whose job they carry).
     queue_depth: int
+    tenant_limited: bool
     busy_workers: int
     unknown_by_status: dict[str, int]
     oldest_unknown_at: datetime | None
@@ -49,31 +55,32 @@ class Overview:
         return self.duplicates_recent / self.claims_recent if self.claims_recent else None
 
 
-def overview() -> Overview:
+def overview(fence: TenantFence) -> Overview:
     since = timezone.now() - RECENT
-    unknown = unknown_work_counts()
+    unknown = unknown_work_counts(fence)
     outcomes = dict(
-        ReconciliationCheck.objects.filter(checked_at__gte=since)
+        fence.apply(ReconciliationCheck.objects.filter(checked_at__gte=since))
         .order_by()
         .values_list("outcome")
         .annotate(n=Count("id"))
     )
-    late_writes = LedgerEvent.objects.filter(kind="late_write_rejected")
-    by_status = Job.objects.counts_by_status()
+    late_writes = fence.apply(LedgerEvent.objects.filter(kind="late_write_rejected"))
+    by_status = fence.jobs().counts_by_status()
     # Both kinds over the last hour in one pass over the (kind, at) index.
-    deliveries = LedgerEvent.objects.filter(
-        kind__in=("duplicate_delivery", "claimed"), at__gte=since
+    deliveries = fence.apply(
+        LedgerEvent.objects.filter(kind__in=("duplicate_delivery", "claimed"), at__gte=since)
     ).aggregate(
         duplicates=Count("id", filter=Q(kind="duplicate_delivery")),
         claims=Count("id", filter=Q(kind="claimed")),
     )
     return Overview(
-        queue_depth=OrmQ.objects.count(),
-        busy_workers=Attempt.objects.filter(execution_state=Execution.RUNNING).count(),
+        queue_depth=OrmQ.objects.count() if fence.everything else by_status.get(JobStatus.PENDING.value, 0),
+        tenant_limited=not fence.everything,
+        busy_workers=fence.apply(Attempt.objects.filter(execution_state=Execution.RUNNING)).count(),
         unknown_by_status=unknown,
-        oldest_unknown_at=oldest_unknown_at(),
+        oldest_unknown_at=oldest_unknown_at(fence),
         waiting_for_operator=sum(unknown[s.value] for s in NEEDS_HUMAN if s != JobStatus.AWAITING_APPROVAL),
-        pending_approvals=ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).count(),
+        pending_approvals=fence.apply(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)).count(),
         reconciliation_outcomes={o.value: outcomes.get(o.value, 0) for o in CheckOutcome},
         late_writes_recent=late_writes.filter(at__gte=since).count(),
         late_writes_total=late_writes.count(),

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from ledger.models import Attempt, Job
 from ledger.states import NEEDS_HUMAN, UNKNOWN_WORK, JobStatus
@@ -43,9 +44,9 @@ class QueueFilter:
         return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
 
 
-def unknown_work_counts() -> dict[str, int]:
+def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
     """Jobs per unknown status (zeros included): a COUNT over the queue, not the history."""
-    counts = Job.objects.filter(status__in=UNKNOWN_WORK).counts_by_status()
+    counts = fence.jobs(Job.objects.filter(status__in=UNKNOWN_WORK)).counts_by_status()
     return {status.value: counts.get(status.value, 0) for status in UNKNOWN_WORK}
 
 
@@ -53,13 +54,14 @@ def tab_counts(counts: dict[str, int]) -> dict[str, int]:
     return {tab: sum(counts[s.value] for s in statuses) for tab, (_, statuses) in TABS.items()}
 
 
-def oldest_unknown_at() -> datetime | None:
-    return Job.objects.filter(status__in=UNKNOWN_WORK).aggregate(oldest=Min("created_at"))["oldest"]
+def oldest_unknown_at(fence: TenantFence) -> datetime | None:
+    jobs = fence.jobs(Job.objects.filter(status__in=UNKNOWN_WORK))
+    return jobs.aggregate(oldest=Min("created_at"))["oldest"]
 
 
-def queue_jobs(spec: QueueFilter) -> Page:
+def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     """One page of the queue, each job with `latest` (its latest attempt) attached."""
-    jobs = Job.objects.filter(status__in=spec.statuses)
+    jobs = fence.jobs(Job.objects.filter(status__in=spec.statuses))
     if spec.action:
         jobs = jobs.filter(action=spec.action)
     if spec.tenant:

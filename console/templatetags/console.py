@@ -1,4 +1,5 @@
-"""Readable timestamps: the time itself and how long ago it was ("12 min ago")."""
+"""The console's template filters: readable timestamps (the time itself and how long ago it was,
+"12 min ago"), JSON, state changes, and the user's tenant fence."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from console.access import TenantFence, fence_of
+
 register = template.Library()
+
+
+@register.filter
+def tenant_fence(user) -> TenantFence:
+    return fence_of(user)
 
 
 @register.filter
@@ -51,6 +59,12 @@ def as_json(value) -> str:
     if value in (None, {}, []):
         return ""
     return json.dumps(value, indent=1, sort_keys=True, default=str)
+
+
+@register.filter
+def one_line_json(value) -> str:
+    """A changed field's value on one line; nothing at all as a dash."""
+    return "—" if value is None else json.dumps(value, sort_keys=True, default=str)
 
 
 @register.filter

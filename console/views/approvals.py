@@ -6,7 +6,7 @@ from django_htmx.http import trigger_client_event
 
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
-from console.access import APPROVERS, READERS, has_role, role_required
+from console.access import APPROVERS, READERS, fence_of, has_role, role_required
 from console.forms import ApprovalDecisionForm
 from console.views.queue import QUEUE_CHANGED
 
@@ -22,7 +22,8 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @require_POST
 @role_required(APPROVERS)
 def decide(request: HttpRequest, request_id: int) -> HttpResponse:
-    get_object_or_404(ApprovalRequest.objects.only("id"), pk=request_id)
+    # A request about a job outside the user's tenants does not exist for them.
+    get_object_or_404(fence_of(request.user).apply(ApprovalRequest.objects.only("id")), pk=request_id)
     form = ApprovalDecisionForm(request.POST)
     if form.is_valid():
         decision = form.cleaned_data["decision"]
@@ -51,7 +52,9 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
 
 
 def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -> dict:
-    requests = ApprovalRequest.objects.select_related("job", "attempt", "requested_by", "decided_by")
+    requests = fence_of(request.user).apply(
+        ApprovalRequest.objects.select_related("job", "attempt", "requested_by", "decided_by")
+    )
     pending = list(requests.filter(status=ApprovalStatus.PENDING).order_by("created_at", "id"))
     may_approve = has_role(request.user, [APPROVERS])
     for item in pending:

@@ -1,13 +1,14 @@
-import csv
 import json
 
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from console.access import READERS, role_required
+from console.access import READERS, fence_of, role_required
+from console.csv_export import csv_download
 from console.forms import AuditFilterForm
-from console.selectors.audit import audit_events, audit_page
+from console.selectors.audit import admin_changes, audit_events, audit_page
 from ledger.states import EventKind
 
 CSV_COLUMNS = (
@@ -25,14 +26,19 @@ CSV_COLUMNS = (
     "prev_hash",
     "hash",
 )
+ADMIN_CSV_COLUMNS = ("id", "at", "actor", "action", "object_type", "object_pk", "object", "changes")
 KNOWN_KINDS = tuple(EventKind)
+# The page shows the latest changes to people; the CSV has all of them.
+ADMIN_CHANGES_SHOWN = 50
 
 
 @require_GET
 @role_required(*READERS)
 def audit(request: HttpRequest) -> HttpResponse:
     form = AuditFilterForm(request.GET)
-    page = audit_page(form.spec())
+    spec = form.spec()
+    fence = fence_of(request.user)
+    page = audit_page(spec, fence)
     params = request.GET.copy()
     params.pop("before", None)
     next_query = None
@@ -50,44 +56,54 @@ def audit(request: HttpRequest) -> HttpResponse:
             "next_query": next_query,
             "filter_query": params.urlencode(),
             "known_kinds": KNOWN_KINDS,
+            # People and permissions span every tenant: only a user who sees every tenant sees them.
+            "admin_changes": list(admin_changes(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
         },
     )
-
-
-class _Echo:
-    """A file-like object whose write() hands the line back, for csv.writer in a stream."""
-
-    def write(self, value: str) -> str:
-        return value
 
 
 @require_GET
 @role_required(*READERS)
 def audit_export(request: HttpRequest) -> StreamingHttpResponse:
-    events = audit_events(AuditFilterForm(request.GET).spec())
-    writer = csv.writer(_Echo())
+    events = audit_events(AuditFilterForm(request.GET).spec(), fence_of(request.user))
+    rows = (
+        [
+            event.pk,
+            event.at.isoformat(),
+            event.job.job_id,
+            event.attempt.number if event.attempt else "",
+            event.actor_type,
+            event.actor,
+            event.kind,
+            json.dumps(event.before, sort_keys=True),
+            json.dumps(event.after, sort_keys=True),
+            event.note,
+            json.dumps(event.evidence, sort_keys=True),
+            event.prev_hash,
+            event.hash,
+        ]
+        for event in events.iterator(chunk_size=2000)
+    )
+    return csv_download("reckon-audit.csv", CSV_COLUMNS, rows)
 
-    def rows():
-        yield writer.writerow(CSV_COLUMNS)
-        for event in events.iterator(chunk_size=2000):
-            yield writer.writerow(
-                [
-                    event.pk,
-                    event.at.isoformat(),
-                    event.job.job_id,
-                    event.attempt.number if event.attempt else "",
-                    event.actor_type,
-                    event.actor,
-                    event.kind,
-                    json.dumps(event.before, sort_keys=True),
-                    json.dumps(event.after, sort_keys=True),
-                    event.note,
-                    json.dumps(event.evidence, sort_keys=True),
-                    event.prev_hash,
-                    event.hash,
-                ]
-            )
 
-    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = 'attachment; filename="reckon-audit.csv"'
-    return response
+@require_GET
+@role_required(*READERS)
+def admin_audit_export(request: HttpRequest) -> StreamingHttpResponse:
+    if not fence_of(request.user).everything:
+        raise PermissionDenied("changes to people span every tenant: this needs a scope of all tenants")
+    entries = admin_changes(AuditFilterForm(request.GET).spec())
+    rows = (
+        [
+            entry.pk,
+            entry.at.isoformat(),
+            entry.actor,
+            entry.action,
+            entry.object_type,
+            entry.object_pk,
+            entry.object_repr,
+            json.dumps(entry.changes, sort_keys=True),
+        ]
+        for entry in entries.iterator(chunk_size=2000)
+    )
+    return csv_download("reckon-admin-audit.csv", ADMIN_CSV_COLUMNS, rows)

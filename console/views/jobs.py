@@ -5,13 +5,12 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from console.access import OPERATORS, READERS, has_role, role_required
+from console.access import OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DECISION_LABELS, DecisionForm
 from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import get_action
 from ledger.gate import gate_status
-from ledger.models import Job
 from reconciliation import decisions
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
@@ -39,7 +38,8 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATORS)
 def decide(request: HttpRequest, job_id: str) -> HttpResponse:
-    get_object_or_404(Job.objects.only("id"), job_id=job_id)
+    # Outside the user's tenants, the job does not exist: nothing reaches the transition layer.
+    get_object_or_404(visible_jobs(request.user).only("id"), job_id=job_id)
     form = DecisionForm(request.POST)
     notice = None
     if form.is_valid():
@@ -77,7 +77,7 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
-    record = job_record(job_id)
+    record = job_record(job_id, fence_of(request.user))
     action = get_action(record.job.action)
     allowed = decisions.allowed_decisions(record.job) if record.attempts else []
     help_text = dict(

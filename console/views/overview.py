@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from console.access import READERS, role_required
+from console.access import READERS, fence_of, role_required
 from console.selectors.overview import overview as overview_figures
 
 
@@ -11,7 +11,7 @@ from console.selectors.overview import overview as overview_figures
 @role_required(*READERS)
 def overview(request: HttpRequest) -> HttpResponse:
     template = "console/overview.html#overview-live" if request.htmx else "console/overview.html"
-    return render(request, template, {"overview": overview_figures()})
+    return render(request, template, {"overview": overview_figures(fence_of(request.user))})
 
 
 @require_GET

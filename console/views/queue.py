@@ -5,8 +5,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from console.access import OPERATORS, READERS, has_role, role_required
+from console.access import OPERATORS, READERS, TenantFence, fence_of, has_role, role_required
 from console.forms import DECISION_LABELS, BulkDecisionForm, QueueFilterForm
+from console.job_ids import is_valid_job_id
 from console.selectors.queue import TABS, queue_jobs, tab_counts, unknown_work_counts
 from ledger.services import LedgerError
 from reconciliation import decisions
@@ -27,18 +28,28 @@ def queue(request: HttpRequest) -> HttpResponse:
 @role_required(*READERS)
 def queue_counts(request: HttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET)
-    return render(request, "console/queue.html#queue-counts", _counts_context(form.spec().tab))
+    return render(
+        request, "console/queue.html#queue-counts", _counts_context(form.spec().tab, fence_of(request.user))
+    )
 
 
 @require_POST
 @role_required(OPERATORS)
 def bulk_decide(request: HttpRequest) -> HttpResponse:
-    """One decision with one note for every selected job; each job succeeds or fails alone."""
+    """One decision with one note for every selected job; each job succeeds or fails alone.
+
+    A job outside the user's tenants is refused exactly as a missing one, before the transition
+    layer sees it."""
     form = BulkDecisionForm(request.POST)
     results = []
     if form.is_valid():
         decision = form.cleaned_data["decision"]
+        ids = [job_id for job_id, _ in form.selected if is_valid_job_id(job_id)]
+        visible = set(fence_of(request.user).jobs().filter(job_id__in=ids).values_list("job_id", flat=True))
         for job_id, version in form.selected:
+            if job_id not in visible:
+                results.append(("error", f"no job with id {job_id!r}"))
+                continue
             try:
                 decisions.decide(decision, job_id=job_id, version=version, user=request.user,
                                  note=form.cleaned_data["note"])
@@ -54,32 +65,25 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         for level, text in results:
             messages.add_message(request, getattr(messages, level.upper()), text)
-        query = _filter_params(request.POST).urlencode()
-        return redirect(reverse("queue") + (f"?{query}" if query else ""))
+        return redirect(_queue_url(_filter_params(request.POST)))
     response = render(request, "console/queue.html#queue-table", _context(request, filters, results=results))
     return trigger_client_event(response, QUEUE_CHANGED)
 
 
 def _context(request: HttpRequest, form: QueueFilterForm, results=()) -> dict:
     spec = form.spec()
-    page = queue_jobs(spec)
+    fence = fence_of(request.user)
+    page = queue_jobs(spec, fence)
     params = _filter_params(form.data)
-    next_query = None
-    if page.next_cursor:
-        params["after"] = page.next_cursor
-        next_query = params.urlencode()
-        del params["after"]
     return {
-        **_counts_context(spec.tab),
+        **_counts_context(spec.tab, fence),
         "form": form,
         "spec": spec,
         "page": page,
         "filter_query": params.urlencode(),
-        "refresh_url": reverse("queue")
-        + "?"
-        + params.urlencode()
-        + (f"&after={spec.after}" if spec.after else ""),
-        "next_query": next_query,
+        # The table refreshes the page it shows, cursor included.
+        "refresh_url": _queue_url(params, after=spec.after),
+        "next_query": _with_cursor(params, page.next_cursor).urlencode() if page.next_cursor else None,
         "results": results,
         "can_decide": has_role(request.user, [OPERATORS]),
     }
@@ -94,8 +98,20 @@ def _filter_params(data) -> QueryDict:
     return params
 
 
-def _counts_context(current_tab: str) -> dict:
-    counts = unknown_work_counts()
+def _with_cursor(params: QueryDict, after: str) -> QueryDict:
+    params = params.copy()
+    if after:
+        params["after"] = after
+    return params
+
+
+def _queue_url(params: QueryDict, *, after: str = "") -> str:
+    query = _with_cursor(params, after).urlencode()
+    return reverse("queue") + (f"?{query}" if query else "")
+
+
+def _counts_context(current_tab: str, fence: TenantFence) -> dict:
+    counts = unknown_work_counts(fence)
     per_tab = tab_counts(counts)
     return {
         "counts": counts,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.console.conftest import with_tenants
 from tests.processes import wait_for
 
 # live_server runs Django in a thread of this process while Playwright's sync API holds an event
@@ -35,6 +36,17 @@ def browser_type_launch_args(browser_type_launch_args):
             "--no-first-run",
         ],
     }
+
+
+# The personas at work in the browser see every tenant (the fence is tested in tests/console).
+@pytest.fixture
+def operator(operator):
+    return with_tenants(operator)
+
+
+@pytest.fixture
+def approver(approver):
+    return with_tenants(approver)
 
 
 @pytest.fixture

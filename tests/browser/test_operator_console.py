@@ -88,3 +88,32 @@ def test_an_irreversible_replay_needs_a_second_person_then_runs_against_the_sand
     assert provider.effects(marker="vault.rotate_credential:rot-1")["count"] == 1
     request.refresh_from_db()
     assert request.status == "approved" and request.decided_by == approver
+
+
+def test_a_superuser_narrows_an_operators_tenants_in_admin_and_the_audit_shows_it(
+    live_server, browser, log_in, operator, admin_user
+):
+    make_unknown_job("inv-acme", tenant="acme")
+    make_unknown_job("inv-globex", tenant="globex")
+    page = log_in(browser, operator)
+    page.goto(f"{live_server.url}/queue/?tab=reconciling")
+    expect(page.locator('tr[data-job="inv-globex"]')).to_be_visible()
+    expect(page.locator("[data-tenants]")).to_have_text("(all tenants)")
+
+    admin = log_in(browser, admin_user)
+    admin.goto(f"{live_server.url}/admin/auth/user/{operator.pk}/change/")
+    admin.locator("#id_tenant_scope-0-all_tenants").uncheck()
+    admin.locator("#id_tenant_scope-0-tenants").fill("acme")
+    admin.locator('input[name="_save"]').click()
+    expect(admin.locator(".messagelist")).to_contain_text("was changed successfully")
+
+    page.reload()
+    expect(page.locator('tr[data-job="inv-acme"]')).to_be_visible()
+    expect(page.locator('tr[data-job="inv-globex"]')).to_have_count(0)
+    expect(page.locator("[data-tenants]")).to_have_text("(acme)")
+    assert page.goto(f"{live_server.url}/jobs/inv-globex/").status == 404
+
+    admin.goto(f"{live_server.url}/audit/")
+    trail = admin.locator("#admin-trail")
+    expect(trail.locator("tbody tr").first).to_contain_text(operator.username)
+    expect(trail.locator("tbody tr").first).to_contain_text('tenant_scope: "all tenants" → "acme"')

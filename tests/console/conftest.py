@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from console.models import TenantScope
 from ledger import services
 from ledger.models import Job
 from tests.conftest import make_job
@@ -47,15 +48,38 @@ def htmx(**extra) -> dict:
     return {"HTTP_HX_REQUEST": "true", **extra}
 
 
+def with_tenants(user, *tenants: str):
+    """Give `user` a tenant scope: the tenants named, or every tenant when none is named."""
+    TenantScope.objects.update_or_create(user=user, defaults={"all_tenants": not tenants, "tenants": list(tenants)})
+    return user
+
+
+# The shared personas see every tenant in the console's tests; the tenant fence's own tests
+# narrow them, or take their scope away.
+@pytest.fixture
+def operator(operator):
+    return with_tenants(operator)
+
+
+@pytest.fixture
+def approver(approver):
+    return with_tenants(approver)
+
+
+@pytest.fixture
+def auditor(auditor):
+    return with_tenants(auditor)
+
+
 @pytest.fixture
 def operator2(db):
     from tests.conftest import _persona
 
-    return _persona("otto", "operators")
+    return with_tenants(_persona("otto", "operators"))
 
 
 @pytest.fixture
 def approver2(db):
     from tests.conftest import _persona
 
-    return _persona("ada", "approvers")
+    return with_tenants(_persona("ada", "approvers"))

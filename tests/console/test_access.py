@@ -1,23 +1,48 @@
-"""The role matrix: every console URL, GET and POST, for every persona."""
+"""The access matrix: every console URL, GET and POST, for every persona, on a job inside and a
+job outside the persona's tenants.
+
+Two tenants: the personas with a role are fenced to `acme`; `globex` is outside their fence.
+Only the superuser sees both; an operator without a tenant scope sees neither.
+"""
+
+import csv
+import io
+import re
 
 import pytest
 from django.contrib.auth.models import User
 
+from approvals.models import ApprovalRequest
+from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
-from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job
+from tests.conftest import _persona
+from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job, with_tenants
 
 pytestmark = pytest.mark.django_db
 
-OK, LOGIN, FORBIDDEN, NOT_ALLOWED = "ok", "login", 403, 405
+OK, LOGIN, FORBIDDEN, NOT_FOUND, NOT_ALLOWED = 200, "login", 403, 404, 405
 
-PERSONAS = ("anonymous", "nobody", "auditor", "operator", "approver", "admin_user")
+PERSONAS = ("anonymous", "nobody", "auditor", "operator", "approver", "unscoped_operator", "admin_user")
+FENCED = ("nobody", "auditor", "operator", "approver")  # scoped to acme
+INSIDE, OUTSIDE = "acme", "globex"
+# Each tenant's jobs waiting for reconciliation: one for acme, two for globex, so a count on a
+# page says whose jobs it counted (1: acme's, 2: globex's, 3: both).
+WEIGHT = {INSIDE: 1, OUTSIDE: 2}
+
+
+def job_of(tenant: str) -> str:
+    return f"inv-{tenant}"
 
 
 @pytest.fixture
 def world(db):
-    make_unknown_job("inv-1")
-    make_operator_job("vault-1")
-    return {"job": "inv-1"}
+    requester = with_tenants(_persona("requester", "operators"))
+    for tenant, weight in WEIGHT.items():
+        for n in range(weight):
+            make_unknown_job(job_of(tenant) + (f"-{n}" if n else ""), tenant=tenant)
+        vault = f"vault-{tenant}"
+        make_operator_job(vault, tenant=tenant)
+        decisions.mark_not_found(job_id=vault, version=latest_version(vault), user=requester, note="none rotated")
 
 
 @pytest.fixture
@@ -26,114 +51,202 @@ def user_of(request):
         if persona == "anonymous":
             return None
         if persona == "nobody":
-            return User.objects.create_user("nobody", password="pw")
-        return request.getfixturevalue(persona)
+            return with_tenants(User.objects.create_user("nobody", password="pw"), INSIDE)
+        if persona == "unscoped_operator":
+            return _persona("unscoped", "operators")
+        user = request.getfixturevalue(persona)
+        return user if persona == "admin_user" else with_tenants(user, INSIDE)
 
     return user_of
 
 
-READ_URLS = ["/", "/queue/", "/queue/counts/", "/jobs/inv-1/", "/approvals/", "/audit/", "/audit/export.csv"]
+def sees(persona: str, tenant: str) -> bool:
+    return persona == "admin_user" or (persona in FENCED and tenant == INSIDE)
 
 
-def _expect_read(persona):
-    return {"anonymous": LOGIN, "nobody": FORBIDDEN}.get(persona, OK)
+def _count(pattern: str):
+    def tenants_counted(body: str, tenant: str) -> set[str]:
+        total = int(re.search(pattern, body).group(1))
+        return {t for t, weight in WEIGHT.items() if total & weight}
+
+    return tenants_counted
 
 
+def _text(template: str):
+    def tenants_shown(body: str, tenant: str) -> set[str]:
+        return {t for t in WEIGHT if template.format(job=job_of(t), tenant=t) in body}
+
+    return tenants_shown
+
+
+def _csv_jobs(body: str, tenant: str) -> set[str]:
+    job_ids = {row["job_id"] for row in csv.DictReader(io.StringIO(body))}
+    return {t for t in WEIGHT if job_of(t) in job_ids}
+
+
+def _this_job(body: str, tenant: str) -> set[str]:
+    return {tenant}
+
+
+# url, and how to tell from a 200 response which tenants' jobs it shows.
+READS = {
+    "overview": ("/", _count(r'data-unknown="needs_reconciliation">(\d+)<')),
+    "queue": ("/queue/?tab=reconciling", _text('<tr data-job="{job}">')),
+    "queue_counts": ("/queue/counts/", _count(r'data-count="needs_reconciliation">(\d+)<')),
+    "job_detail": ("/jobs/{job}/", _this_job),
+    "approvals": ("/approvals/", _text(">vault-{tenant}</a>")),
+    "audit": ("/audit/", _text(">{job}</a>")),
+    "audit_export": ("/audit/export.csv", _csv_jobs),
+    "admin_audit_export": ("/audit/admin-export.csv", None),
+}
+
+
+def _body(response) -> str:
+    return (b"".join(response.streaming_content) if response.streaming else response.content).decode()
+
+
+def _expected_status(persona: str, name: str, tenant: str):
+    if persona == "anonymous":
+        return LOGIN
+    if persona == "nobody":
+        return FORBIDDEN
+    if name == "job_detail" and not sees(persona, tenant):
+        return NOT_FOUND  # exactly as a missing job
+    if name == "admin_audit_export" and persona != "admin_user":
+        return FORBIDDEN  # changes to people span every tenant
+    return OK
+
+
+@pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
 @pytest.mark.parametrize("persona", PERSONAS)
-@pytest.mark.parametrize("url", READ_URLS)
-def test_reading_pages(client, world, user_of, persona, url):
+@pytest.mark.parametrize("name", READS)
+def test_reading(client, world, user_of, persona, name, tenant):
+    url, shown = READS[name]
     user = user_of(persona)
     if user:
         client.force_login(user)
-    response = client.get(url)
-    expected = _expect_read(persona)
+    response = client.get(url.format(job=job_of(tenant)))
+    expected = _expected_status(persona, name, tenant)
     if expected == LOGIN:
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/?next=")
-    elif expected == OK:
-        assert response.status_code == 200
-    else:
-        assert response.status_code == expected
+        return
+    assert response.status_code == expected
+    if expected == OK and shown is not None:
+        assert (tenant in shown(_body(response), tenant)) == sees(persona, tenant)
 
 
-@pytest.mark.parametrize("url", READ_URLS)
-def test_an_anonymous_htmx_request_is_sent_to_login_as_a_client_redirect(client, world, url):
-    response = client.get(url, **htmx())
+def test_a_missing_job_and_a_job_outside_the_fence_answer_alike(client, world, user_of):
+    client.force_login(user_of("auditor"))
+    outside, missing = client.get(f"/jobs/{job_of(OUTSIDE)}/"), client.get("/jobs/no-such-job/")
+    assert outside.status_code == missing.status_code == 404
+    assert outside.content.replace(job_of(OUTSIDE).encode(), b"X") == missing.content.replace(
+        b"no-such-job", b"X"
+    )
+
+
+@pytest.mark.parametrize("url", ["/", "/queue/", "/approvals/", "/audit/"])
+def test_a_user_without_tenants_is_told_so(client, world, user_of, url):
+    client.force_login(user_of("unscoped_operator"))
+    assert "You have no tenants assigned" in client.get(url).content.decode()
+    client.force_login(user_of("operator"))
+    assert "You have no tenants assigned" not in client.get(url).content.decode()
+
+
+@pytest.mark.parametrize("name", [n for n, (url, _) in READS.items() if not url.endswith(".csv")])
+def test_an_anonymous_htmx_request_is_sent_to_login_as_a_client_redirect(client, world, name):
+    response = client.get(READS[name][0].format(job=job_of(INSIDE)), **htmx())
     assert response.status_code == 200
     assert response["HX-Redirect"].startswith("/accounts/login/?next=")
 
 
-def _posts(world):
-    from approvals.models import ApprovalRequest
-
-    request = ApprovalRequest.objects.first()
-    return {
-        "job_decide": (
-            "/jobs/inv-1/decide/",
-            {"decision": "escalate", "version": latest_version("inv-1"), "note": "looking"},
-            "operator",
-        ),
-        "queue_bulk": (
-            "/queue/bulk/",
-            {
-                "decision": "retry_reconciliation",
-                "note": "again",
-                "selected": f"{latest_version('inv-1')}:inv-1",
-            },
-            "operator",
-        ),
-        "approval_decide": (
-            f"/approvals/{request.pk}/decide/" if request else "/approvals/1/decide/",
-            {"decision": "reject", "note": "no"},
-            "approver",
-        ),
-    }
+# -- changing things -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def pending_approval(world, operator2_for_requests):
+def _request_of(tenant: str) -> ApprovalRequest:
+    return ApprovalRequest.objects.get(job__job_id=f"vault-{tenant}")
 
-    decisions.mark_not_found(
-        job_id="vault-1",
-        version=latest_version("vault-1"),
-        user=operator2_for_requests,
-        note="nothing rotated",
+
+def _post(name: str, tenant: str):
+    """url, data, the role that may post it, and a probe of the state the post would change."""
+    job = job_of(tenant)
+    if name == "job_decide":
+        data = {"decision": "escalate", "version": latest_version(job), "note": "looking"}
+        return f"/jobs/{job}/decide/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
+    if name == "queue_bulk":
+        data = {"decision": "retry_reconciliation", "note": "again", "selected": f"{latest_version(job)}:{job}"}
+        return "/queue/bulk/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
+    request = _request_of(tenant)
+    data = {"decision": "reject", "note": "no"}
+    return (
+        f"/approvals/{request.pk}/decide/",
+        data,
+        "approver",
+        lambda: ApprovalRequest.objects.get(pk=request.pk).status,
     )
 
 
-@pytest.fixture
-def operator2_for_requests(db):
-    from tests.conftest import _persona
-
-    return _persona("requester", "operators")
+POSTS = ("job_decide", "queue_bulk", "approval_decide")
 
 
+@pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
 @pytest.mark.parametrize("persona", PERSONAS)
-@pytest.mark.parametrize("name", ["job_decide", "queue_bulk", "approval_decide"])
-def test_changing_things(client, world, pending_approval, user_of, persona, name):
-    url, data, role = _posts(world)[name]
+@pytest.mark.parametrize("name", POSTS)
+def test_changing_things(client, world, user_of, persona, name, tenant):
+    url, data, role, state = _post(name, tenant)
+    before = state()
     user = user_of(persona)
     if user:
         client.force_login(user)
     response = client.post(url, data)
+    allowed = persona in (role, "admin_user") or (persona == "unscoped_operator" and role == "operator")
     if persona == "anonymous":
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
-    elif persona in ("operator", "approver") and persona != role or persona in ("nobody", "auditor"):
+    elif not allowed:
         assert response.status_code == 403
-    else:  # the right role, or a superuser: the decision goes through and redirects back (PRG)
+    elif not sees(persona, tenant):
+        # Outside the fence the job (or its request) does not exist: nothing changes. The bulk
+        # action answers for the whole selection and reports the job as missing.
+        assert response.status_code == (302 if name == "queue_bulk" else 404)
+        if name == "queue_bulk":
+            page = client.get(response["Location"]).content.decode()
+            assert f"no job with id &#x27;{job_of(tenant)}&#x27;" in page
+    else:  # the right role on a job it sees, or a superuser: it goes through and redirects back (PRG)
         assert response.status_code == 302, response.content[:500]
+    assert (state() != before) == (allowed and sees(persona, tenant))
 
 
-@pytest.mark.parametrize("url", READ_URLS)
-def test_read_pages_refuse_post(client, world, admin_user, url):
+def test_a_bulk_selection_across_the_fence_changes_only_the_jobs_inside(client, world, user_of):
+    client.force_login(user_of("operator"))
+    inside, outside = job_of(INSIDE), job_of(OUTSIDE)
+    response = client.post(
+        "/queue/bulk/",
+        {
+            "decision": "cancel_job",
+            "note": "customer withdrew",
+            "selected": [f"{latest_version(j)}:{j}" for j in (inside, outside)],
+            "tab": "reconciling",
+        },
+        **htmx(),
+    )
+    html = response.content.decode()
+    assert f"{inside}: Cancel job recorded" in html
+    assert f"no job with id &#x27;{outside}&#x27;" in html
+    assert Job.objects.get(job_id=inside).status == "cancelled"
+    assert Job.objects.get(job_id=outside).status == "needs_reconciliation"
+    assert not LedgerEvent.objects.filter(job__job_id=outside, kind="operator_cancelled").exists()
+
+
+@pytest.mark.parametrize("name", list(READS))
+def test_read_pages_refuse_post(client, world, admin_user, name):
     client.force_login(admin_user)
-    assert client.post(url).status_code == 405
+    assert client.post(READS[name][0].format(job=job_of(INSIDE))).status_code == NOT_ALLOWED
 
 
-@pytest.mark.parametrize("name", ["job_decide", "queue_bulk", "approval_decide"])
-def test_decisions_refuse_get(client, world, pending_approval, admin_user, name):
-    url, _, _ = _posts(world)[name]
+@pytest.mark.parametrize("name", POSTS)
+def test_decisions_refuse_get(client, world, admin_user, name):
+    url, _, _, _ = _post(name, INSIDE)
     client.force_login(admin_user)
-    assert client.get(url).status_code == 405
+    assert client.get(url).status_code == NOT_ALLOWED
 
 
 def test_every_post_needs_the_csrf_token(world, operator):
@@ -141,9 +254,9 @@ def test_every_post_needs_the_csrf_token(world, operator):
 
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
-    url, data, _ = _posts(world)["job_decide"]
+    url, data, _, _ = _post("job_decide", INSIDE)
     assert client.post(url, data).status_code == 403
-    page = client.get("/jobs/inv-1/")
+    page = client.get(f"/jobs/{job_of(INSIDE)}/")
     token = page.cookies["csrftoken"].value
     assert client.post(url, data, HTTP_X_CSRFTOKEN=token).status_code == 302
 
@@ -151,17 +264,4 @@ def test_every_post_needs_the_csrf_token(world, operator):
 def test_every_console_url_is_in_the_matrix():
     from console.urls import urlpatterns
 
-    covered = {
-        "overview",
-        "queue",
-        "queue_counts",
-        "job_detail",
-        "approvals",
-        "audit",
-        "audit_export",
-        "job_decide",
-        "queue_bulk",
-        "approval_decide",
-        "healthz",
-    }
-    assert {p.name for p in urlpatterns} == covered
+    assert {p.name for p in urlpatterns} == {*READS, *POSTS, "healthz"}

