@@ -95,6 +95,12 @@ def get_action(name: str) -> Action:
         raise UnknownAction(f"unknown action {name!r}; registered actions: {known}") from None
 
 
+def declared_action(name: str) -> Action | None:
+    """The action, or None when this process does not declare it (a job enqueued by a deployment
+    whose action modules differ: shown, and decided on only where the action does not matter)."""
+    return _registry.get(name)
+
+
 def registered_actions() -> list[Action]:
     return sorted(_registry.values(), key=lambda a: a.name)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from ledger.actions import get_action
+from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Batch, LedgerError, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, EventKind, Execution, JobStatus
@@ -43,6 +43,9 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     state = attempt.execution_state
     if job.status in FINISHED_JOB:
         return f"job {job.job_id} is already {job.status}"
+    if decision in ("mark_not_found", "retry_reconciliation") and declared_action(job.action) is None:
+        return (f"action {job.action} is not declared in this deployment (RECKON_ACTION_MODULES): whether a "
+                "replay needs approval, and how to look the effect up, is unknown here")
     if decision == "confirm_effect" and state != Execution.UNKNOWN:
         return f"only an unknown attempt can be confirmed; attempt {attempt.number} is {state}"
     if decision == "mark_not_found" and state not in (Execution.UNKNOWN, Execution.BLOCKED):
@@ -54,7 +57,7 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     if decision == "retry_reconciliation":
         if state != Execution.UNKNOWN or job.status not in RECONCILABLE:
             return f"reconciliation is for an unknown attempt; job is {job.status}, attempt {attempt.number} is {state}"
-        if not get_action(job.action).queryable:
+        if not declared_action(job.action).queryable:
             return f"action {job.action} cannot be queried at its provider; confirm or mark not found instead"
     if decision == "cancel_job" and (job.status == JobStatus.RUNNING or state == Execution.RUNNING):
         return "a running job cannot be cancelled; wait for its attempt to finish or its lease to expire"

@@ -39,7 +39,7 @@ def expire_lease(job: Job | str) -> None:
 
 
 def latest_attempt(job_id: str) -> Attempt:
-    return Attempt.objects.filter(job__job_id=job_id).order_by("-number").first()
+    return Attempt.objects.filter(job__job_id=job_id).latest_per_job().first()
 
 
 def event_kinds(job_id: str) -> list[str]:

@@ -9,7 +9,7 @@ from console.access import OPERATORS, READERS, fence_of, has_role, role_required
 from console.forms import DECISION_LABELS, DecisionForm
 from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
-from ledger.actions import get_action
+from ledger.actions import declared_action
 from ledger.gate import gate_status
 from reconciliation import decisions
 
@@ -78,11 +78,11 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
 
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
     record = job_record(job_id, fence_of(request.user))
-    action = get_action(record.job.action)
+    action = declared_action(record.job.action)
     allowed = decisions.allowed_decisions(record.job) if record.attempts else []
     help_text = dict(
         DECISION_HELP,
-        mark_not_found=DECISION_HELP["mark_not_found"] if action.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
+        mark_not_found=DECISION_HELP["mark_not_found"] if action and action.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
     )
     return {
         "record": record,

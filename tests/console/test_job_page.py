@@ -179,3 +179,22 @@ def test_a_job_held_by_the_dead_man_gate_says_so(client, auditor, settings):
     assert "the reconciler has not completed a pass yet" in html
     make_job("plain")
     assert "data-gated" not in client.get("/jobs/plain/").content.decode()
+
+
+def test_a_job_whose_action_this_deployment_does_not_declare_is_shown_and_decided_safely(client, operator):
+    from ledger.actions import _registry
+
+    make_unknown_job("inv-gone")
+    removed = _registry.pop("billing.create_invoice")  # a deployment whose action modules changed since
+    try:
+        client.force_login(operator)
+        response = client.get("/jobs/inv-gone/")
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "not declared in this deployment" in html
+        for value in ("confirm_effect", "escalate", "cancel_job"):
+            assert f'value="{value}"' in html
+        for value in ("mark_not_found", "retry_reconciliation"):  # both depend on the action's policy
+            assert f'value="{value}"' not in html
+    finally:
+        _registry[removed.name] = removed
