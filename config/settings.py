@@ -235,6 +235,10 @@ RECKON_DEMO_ACTION_MODULE = "sandbox.demo_actions"
 RECKON_ACTION_MODULES = envlist("RECKON_ACTION_MODULES")
 if RECKON_DEMO and RECKON_DEMO_ACTION_MODULE not in RECKON_ACTION_MODULES:
     RECKON_ACTION_MODULES.append(RECKON_DEMO_ACTION_MODULE)
+# The actions file (TOML; ledger/declarations.py): read when it exists; when the variable is set,
+# it must exist.
+RECKON_ACTIONS_FILE_REQUIRED = bool(os.environ.get("RECKON_ACTIONS_FILE"))
+RECKON_ACTIONS_FILE = Path(os.environ.get("RECKON_ACTIONS_FILE") or BASE_DIR / "actions.toml")
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = float(os.environ.get("RECKON_SWEEP_INTERVAL", "5"))

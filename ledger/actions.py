@@ -4,13 +4,17 @@ An action's executor gets the job (with its idempotency key) and returns an `Out
 send the key on every external call and classify honestly: a timeout or a dropped connection
 is `Unknown`, never `Failed`.
 
-A deployment's actions live in its own modules, named in the RECKON_ACTION_MODULES setting and
-imported at start-up; each registers its actions with the `action` decorator (or `register`):
+A deployment declares its actions without touching Reckon's code, in two ways:
+
+- an actions file (TOML, RECKON_ACTIONS_FILE; see `ledger/declarations.py`), which also declares
+  `external` actions, run by workers in any language over the HTTP API;
+- Python modules named in RECKON_ACTION_MODULES, imported at start-up, each registering its
+  actions with the `action` decorator (or `register`):
 
     @action("mail.send", queryable=True, reconciler="myapp.reconcilers.mail")
     def send_mail(job: Job) -> Outcome: ...
 
-Only `reckon.echo`, which touches nothing outside, is built in.
+Only `reckon.echo`, which touches nothing outside, is built in. `manage.py actions` lists them all.
 """
 
 from __future__ import annotations
@@ -58,21 +62,57 @@ class Executor(Protocol):
 @dataclass(frozen=True)
 class Action:
     name: str
-    executor: Executor
+    # Runs the side effect in a django-q2 worker; None: an external action, run by workers over HTTP.
+    executor: Executor | None = None
     reversible: bool = True
     queryable: bool = False
     max_attempts: int = 3
     lease_ttl: timedelta = timedelta(seconds=30)
-    # Dotted path of the reconciler (reconciliation.reconcilers.*): it lives in another app.
+    # Dotted path of the reconciler (a function of the job and the attempt returning a Finding);
+    # None: every unknown attempt goes to a person.
     reconciler: str | None = None
     # Reads the identity the worker actually runs as (profile, account); None: no binding.
     observe_identity: Callable[[Job], dict] | None = None
+    # The identity fields a job of this action must be bound to (checked before any side effect).
+    identity: tuple[str, ...] = ()
+    runbook_url: str = ""
+    # Where the action was declared (the actions file, or a module), for `manage.py actions`.
+    source: str = ""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"action {self.name}: max_attempts must be at least 1")
         if self.lease_ttl <= timedelta(0):
             raise ValueError(f"action {self.name}: lease_ttl must be positive")
+
+    @property
+    def external(self) -> bool:
+        return self.executor is None
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.reversible, self.queryable, self.max_attempts)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What decides whether a job may be replayed without a person. Each job keeps the policy
+    its action had when it was enqueued (`Job.policy`): editing a declaration later never makes
+    an irreversible job replayable without approval."""
+
+    reversible: bool
+    queryable: bool
+    max_attempts: int
+
+    def as_json(self) -> dict:
+        return {"reversible": self.reversible, "queryable": self.queryable, "max_attempts": self.max_attempts}
+
+
+def policy_of(job: Job) -> Policy:
+    """The policy a job was enqueued with; for a job from before snapshots, its action's now."""
+    if job.policy:
+        return Policy(**job.policy)
+    return get_action(job.action).policy
 
 
 class UnknownAction(LookupError):
@@ -114,19 +154,22 @@ def action(
     lease_ttl: timedelta = timedelta(seconds=30),
     reconciler: str | None = None,
     observe_identity: Callable[[Job], dict] | None = None,
+    identity: tuple[str, ...] = (),
+    runbook_url: str = "",
 ) -> Callable[[Executor], Executor]:
     """Register the decorated function as the executor of action `name` (see `Action`)."""
 
     def decorate(executor: Executor) -> Executor:
         register(Action(name=name, executor=executor, reversible=reversible, queryable=queryable,
                         max_attempts=max_attempts, lease_ttl=lease_ttl, reconciler=reconciler,
-                        observe_identity=observe_identity))
+                        observe_identity=observe_identity, identity=tuple(identity), runbook_url=runbook_url,
+                        source=f"module {executor.__module__}"))
         return executor
 
     return decorate
 
 
-@action("reckon.echo")
+@action("reckon.echo")  # built in
 def _echo(job: Job) -> Outcome:
     """The built-in trivial action: no outside world, succeeds with the key as its result."""
     if job.payload.get("fail"):

@@ -8,6 +8,7 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from ledger import actions
+        from ledger import actions, declarations
 
         actions.load_action_modules(settings.RECKON_ACTION_MODULES)
+        declarations.load_actions_file(settings.RECKON_ACTIONS_FILE, required=settings.RECKON_ACTIONS_FILE_REQUIRED)

@@ -53,6 +53,9 @@ class Job(models.Model):
     action = models.CharField(max_length=100)
     payload = models.JSONField()
     identity = models.JSONField(default=dict, blank=True)
+    # The action's policy when the job was enqueued (ledger.actions.Policy): what decides replays,
+    # whatever the declaration says later. Null for jobs enqueued before snapshots.
+    policy = models.JSONField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=320, unique=True)
     status = models.CharField(max_length=24, choices=JobStatus.choices, default=JobStatus.PENDING)
     lease_seq = models.BigIntegerField(default=0)

@@ -43,9 +43,9 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     state = attempt.execution_state
     if job.status in FINISHED_JOB:
         return f"job {job.job_id} is already {job.status}"
-    if decision in ("mark_not_found", "retry_reconciliation") and declared_action(job.action) is None:
-        return (f"action {job.action} is not declared in this deployment (RECKON_ACTION_MODULES): whether a "
-                "replay needs approval, and how to look the effect up, is unknown here")
+    if decision == "mark_not_found" and not job.policy and declared_action(job.action) is None:
+        return (f"action {job.action} is not declared in this deployment and the job predates policy "
+                "snapshots: whether a replay needs approval is unknown here")
     if decision == "confirm_effect" and state != Execution.UNKNOWN:
         return f"only an unknown attempt can be confirmed; attempt {attempt.number} is {state}"
     if decision == "mark_not_found" and state not in (Execution.UNKNOWN, Execution.BLOCKED):
@@ -57,7 +57,10 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     if decision == "retry_reconciliation":
         if state != Execution.UNKNOWN or job.status not in RECONCILABLE:
             return f"reconciliation is for an unknown attempt; job is {job.status}, attempt {attempt.number} is {state}"
-        if not declared_action(job.action).queryable:
+        action = declared_action(job.action)
+        if action is None:
+            return f"action {job.action} is not declared in this deployment: nothing here can look it up"
+        if not action.queryable or not action.reconciler:
             return f"action {job.action} cannot be queried at its provider; confirm or mark not found instead"
     if decision == "cancel_job" and (job.status == JobStatus.RUNNING or state == Execution.RUNNING):
         return "a running job cannot be cancelled; wait for its attempt to finish or its lease to expire"

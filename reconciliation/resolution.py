@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 
 from approvals.services import open_approval_request, withdraw_pending_for
-from ledger.actions import get_action
+from ledger.actions import policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Batch, trigger_reconciliation
 from ledger.states import ActorType, EventKind, Execution, JobStatus, SideEffect
@@ -68,7 +68,7 @@ def not_found(batch: Batch, job: Job, attempt: Attempt, *, by: By, kind: EventKi
         ),
         note=note, evidence=evidence,
     )
-    if get_action(job.action).reversible:
+    if policy_of(job).reversible:  # as declared when the job was enqueued
         replay = batch.open_next_attempt(job, attempt, **by.fields, note=f"replay with the same key: {note}")
         return "replayed" if replay else "failed"
     open_approval_request(

@@ -9,7 +9,7 @@ from console.access import OPERATORS, READERS, fence_of, has_role, role_required
 from console.forms import DECISION_LABELS, DecisionForm
 from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
-from ledger.actions import declared_action
+from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
 from reconciliation import decisions
 
@@ -79,15 +79,20 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
     record = job_record(job_id, fence_of(request.user))
     action = declared_action(record.job.action)
+    # The policy the job was enqueued with decides; the declaration now is shown when it differs.
+    policy = Policy(**record.job.policy) if record.job.policy else action.policy if action else None
+    policy_now = action.policy if action and policy and action.policy != policy else None
     allowed = decisions.allowed_decisions(record.job) if record.attempts else []
     help_text = dict(
         DECISION_HELP,
-        mark_not_found=DECISION_HELP["mark_not_found"] if action and action.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
+        mark_not_found=DECISION_HELP["mark_not_found"] if policy and policy.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
     )
     return {
         "record": record,
         "job": record.job,
         "action": action,
+        "policy": policy,
+        "policy_now": policy_now,
         "decisions": [(name, DECISION_LABELS[name], help_text[name]) for name in allowed],
         "form": form or DecisionForm(initial={"version": record.latest.version if record.latest else 1}),
         "version": record.latest.version if record.latest else 1,

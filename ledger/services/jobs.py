@@ -29,9 +29,13 @@ def enqueue_job(
 ) -> Job:
     """Create a job and its first attempt; idempotent on `job_id`."""
     job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
-    get_action(action)  # raises UnknownAction with the list of known ones
+    declared = get_action(action)  # raises UnknownAction with the list of known ones
     payload = json_object("payload", payload)
     identity = json_object("identity", identity or {})
+    missing = [name for name in declared.identity if name not in identity]
+    if missing:
+        raise InvalidJob(f"action {action} binds each job to the identity fields {', '.join(declared.identity)}: "
+                         f"identity lacks {', '.join(missing)}")
     try:
         with transaction.atomic():
             job = Job.objects.create(
@@ -40,6 +44,7 @@ def enqueue_job(
                 action=action,
                 payload=payload,
                 identity=identity,
+                policy=declared.policy.as_json(),
                 idempotency_key=idempotency_key_for(action=action, job_id=job_id),
             )
             with Batch() as batch:

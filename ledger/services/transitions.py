@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Func
 
-from ledger.actions import get_action
+from ledger.actions import declared_action, policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
 from ledger.services.errors import LedgerError
@@ -190,8 +190,11 @@ class Batch:
         return self.record_event(job, attempt, before=state, after=state, **event)
 
     def dispatch_run(self, job: Job) -> None:
-        """Hand the job to a django-q2 worker, in this transaction (see `dispatch_runs`)."""
-        self._dispatch.append(job.job_id)
+        """Hand the job to a django-q2 worker, in this transaction (see `dispatch_runs`). Jobs of
+        external actions are never queued: workers over HTTP claim them (`claim_next_job`)."""
+        action = declared_action(job.action)
+        if action is not None and not action.external:
+            self._dispatch.append(job.job_id)
 
     def open_attempt(self, job: Job, number: int) -> Attempt:
         """A new queued attempt; the caller records the event that says why."""
@@ -207,12 +210,12 @@ class Batch:
         `previous` is already closed (no live attempt remains). The new attempt is dispatched
         to a worker as this transaction commits, unless the caller leases it itself.
         """
-        action = get_action(job.action)
-        if previous.number >= action.max_attempts:
+        max_attempts = policy_of(job).max_attempts
+        if previous.number >= max_attempts:
             self.set_job_status(job, JobStatus.FAILED)
             self.record_unchanged(
                 job, previous, actor_type=actor_type, actor=actor, kind=EventKind.ATTEMPTS_EXHAUSTED,
-                note=f"all {action.max_attempts} attempts used; the job has failed",
+                note=f"all {max_attempts} attempts used; the job has failed",
             )
             return None
         attempt = self.open_attempt(job, previous.number + 1)

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from ledger.actions import get_action, registered_actions
+from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
 from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, LedgerError, StaleLease
@@ -263,7 +263,7 @@ def _ungated_actions() -> Jsonb:
 
 def _gate_for(job: Job):
     """The gate only holds irreversible actions; reversible work never asks it."""
-    if get_action(job.action).reversible:
+    if get_action(job.action).reversible and policy_of(job).reversible:
         return Gate(open=True)
     return gate_status()
 

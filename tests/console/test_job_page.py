@@ -192,9 +192,29 @@ def test_a_job_whose_action_this_deployment_does_not_declare_is_shown_and_decide
         assert response.status_code == 200
         html = response.content.decode()
         assert "not declared in this deployment" in html
-        for value in ("confirm_effect", "escalate", "cancel_job"):
+        # The job's own policy snapshot says whether a replay needs approval; nothing here can
+        # look the effect up without the action's reconciler.
+        for value in ("confirm_effect", "mark_not_found", "escalate", "cancel_job"):
             assert f'value="{value}"' in html
-        for value in ("mark_not_found", "retry_reconciliation"):  # both depend on the action's policy
-            assert f'value="{value}"' not in html
+        assert 'value="retry_reconciliation"' not in html
     finally:
         _registry[removed.name] = removed
+
+
+def test_the_page_shows_the_enqueued_policy_and_the_declaration_now_when_they_differ(client, operator):
+    from dataclasses import replace
+
+    from ledger.actions import _registry, register
+
+    make_unknown_job("inv-policy")
+    was = _registry["billing.create_invoice"]
+    register(replace(was, reversible=False, max_attempts=1, runbook_url="https://wiki.example.com/invoices"))
+    try:
+        client.force_login(operator)
+        html = client.get("/jobs/inv-policy/").content.decode()
+        assert "(reversible, queryable, 3 attempts)" in html  # what the job was enqueued with decides
+        assert "declared differently since this job was enqueued: now irreversible, queryable, 1 attempt;" in html
+        assert 'href="https://wiki.example.com/invoices"' in html
+        assert "This action is irreversible" not in html  # "mark not found" still replays this job
+    finally:
+        register(was)

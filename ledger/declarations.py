@@ -1,0 +1,165 @@
+"""The actions file: a deployment's actions, declared in TOML, no code of Reckon's touched.
+
+RECKON_ACTIONS_FILE names it (default: `actions.toml` in the project folder, read when it
+exists). Each table under `actions` declares one action:
+
+    [actions."billing.charge"]
+    executor = "external"                          # or "python:myapp.actions.charge"
+    reversible = false                             # a replay of an irreversible action needs approval
+    queryable = true                               # its provider can be asked what happened
+    reconciler = "python:myapp.reconcilers.charge" # or "none": every unknown goes to a person
+    max_attempts = 3
+    lease_ttl = 30                                 # seconds
+    identity = ["account"]                         # binding fields checked before any side effect
+    runbook_url = "https://wiki.example.com/charges"
+    replay = "approval"                            # "automatic" (reversible actions only) or "approval"
+
+A bad declaration stops start-up (and `manage.py check`) with one message naming the file and
+the action.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from ledger.actions import Action, declared_action, register
+
+# key -> (expected types, required)
+KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "executor": ((str,), True),
+    "reversible": ((bool,), True),
+    "queryable": ((bool,), False),
+    "reconciler": ((str,), False),
+    "max_attempts": ((int,), False),
+    "lease_ttl": ((int, float), False),
+    "identity": ((list,), False),
+    "runbook_url": ((str,), False),
+    "replay": ((str,), False),
+}
+# Reconcilers that arrive with webhook and pull-mode reconciliation.
+NOT_YET = ("webhook", "external")
+
+
+class DeclarationError(ImproperlyConfigured):
+    pass
+
+
+def load_actions_file(path: Path | str, *, required: bool) -> list[Action]:
+    """Register every action the file declares; an absent file is fine unless `required`."""
+    path = Path(path)
+    if not path.exists():
+        if required:
+            raise DeclarationError(f"RECKON_ACTIONS_FILE names {path}, which does not exist")
+        return []
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
+    unexpected = set(document) - {"actions"}
+    if unexpected:
+        raise DeclarationError(f"{path}: unknown top-level key(s) {', '.join(sorted(unexpected))}; "
+                               'declare each action as a table [actions."name"]')
+    tables = document.get("actions", {})
+    if not isinstance(tables, dict):
+        raise DeclarationError(f'{path}: "actions" must be a table of tables ([actions."name"])')
+    actions = [parse_action(name, table, source=str(path)) for name, table in tables.items()]
+    for action in actions:
+        already = declared_action(action.name)
+        if already is not None and already.source != action.source:
+            raise DeclarationError(f"{path}: action {action.name!r} is declared twice (also in {already.source})")
+        register(action)
+    return actions
+
+
+def parse_action(name: str, table, *, source: str) -> Action:
+    """One declaration, checked whole: an Action, or a DeclarationError naming the file and the action."""
+
+    def refuse(problem: str) -> DeclarationError:
+        return DeclarationError(f"{source}: action {name!r}: {problem}")
+
+    if not isinstance(table, dict):
+        raise refuse("must be a table of settings")
+    if not name or not name.strip() or any(c.isspace() or not c.isprintable() for c in name):
+        raise refuse("the name must be printable and contain no spaces")
+    unknown = sorted(set(table) - set(KEYS))
+    if unknown:
+        raise refuse(f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(KEYS)}")
+    for key, (types, required) in KEYS.items():
+        if key not in table:
+            if required:
+                raise refuse(f"{key} is required")
+            continue
+        value = table[key]
+        # bool is an int in Python; a number must not be given as true/false, nor a flag as 1/0.
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            wanted = " or ".join(t.__name__ for t in types)
+            raise refuse(f"{key} must be {wanted}, got {type(value).__name__} {value!r}")
+
+    reversible = table["reversible"]
+    queryable = table.get("queryable", False)
+    executor = _executor(table["executor"], refuse)
+    reconciler = _reconciler(table.get("reconciler", "none"), refuse)
+    if queryable and reconciler is None:
+        raise refuse('queryable = true needs a reconciler ("python:dotted.path") to ask the provider')
+    if reconciler is not None and not queryable:
+        raise refuse("a reconciler is declared but queryable = false; set queryable = true, or reconciler = \"none\"")
+    replay = table.get("replay", "automatic" if reversible else "approval")
+    if replay not in ("automatic", "approval"):
+        raise refuse(f'replay must be "automatic" or "approval", got {replay!r}')
+    if replay == "automatic" and not reversible:
+        raise refuse('an irreversible action cannot be replayed automatically: replay must be "approval"')
+    if replay == "approval" and reversible:
+        raise refuse('replay = "approval" is for irreversible actions: declare reversible = false')
+    max_attempts = table.get("max_attempts", 3)
+    if max_attempts < 1:
+        raise refuse("max_attempts must be at least 1")
+    lease_ttl = table.get("lease_ttl", 30)
+    if lease_ttl <= 0:
+        raise refuse("lease_ttl must be a positive number of seconds")
+    identity = table.get("identity", [])
+    if not all(isinstance(field, str) and field.strip() for field in identity) or len(set(identity)) != len(identity):
+        raise refuse("identity must be a list of distinct field names")
+    runbook_url = table.get("runbook_url", "")
+    if runbook_url and not runbook_url.startswith(("https://", "http://")):
+        raise refuse(f"runbook_url must be an http(s) URL, got {runbook_url!r}")
+    return Action(
+        name=name, executor=executor, reversible=reversible, queryable=queryable, max_attempts=max_attempts,
+        lease_ttl=timedelta(seconds=lease_ttl), reconciler=reconciler, identity=tuple(identity),
+        runbook_url=runbook_url, source=source,
+    )
+
+
+def _executor(value: str, refuse: Callable[[str], Exception]):
+    if value == "external":
+        return None
+    function = _python(value, "executor", refuse)
+    return function
+
+
+def _reconciler(value: str, refuse: Callable[[str], Exception]) -> str | None:
+    if value == "none":
+        return None
+    if value in NOT_YET:
+        raise refuse(f'reconciler "{value}" is not available in this version; use "python:dotted.path" or "none"')
+    _python(value, "reconciler", refuse)
+    return value.removeprefix("python:")
+
+
+def _python(value: str, key: str, refuse: Callable[[str], Exception]):
+    if not value.startswith("python:") or not value.removeprefix("python:"):
+        choices = '"external" or "python:dotted.path"' if key == "executor" else '"python:dotted.path" or "none"'
+        raise refuse(f"{key} must be {choices}, got {value!r}")
+    path = value.removeprefix("python:")
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        raise refuse(f"{key} {path!r} cannot be imported: {exc}") from None
+    if not callable(found):
+        raise refuse(f"{key} {path!r} is not callable")
+    return found

@@ -1,0 +1,150 @@
+"""Actions declared in a TOML file: checked whole at start-up, snapshotted into each job."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django_q.models import OrmQ
+
+from approvals.models import ApprovalRequest
+from ledger import services
+from ledger.actions import Action, _registry, declared_action, register
+from ledger.declarations import DeclarationError, load_actions_file
+from ledger.models import Job
+from reconciliation import decisions
+from tests.conftest import latest_attempt, make_job
+from tests.processes import ROOT
+
+pytestmark = pytest.mark.django_db
+
+GOOD = """
+[actions."test.charge"]
+executor = "external"
+reversible = false
+queryable = true
+reconciler = "python:reconciliation.reconcilers.invoice"
+max_attempts = 2
+lease_ttl = 45
+identity = ["account"]
+runbook_url = "https://wiki.example.com/charges"
+
+[actions."test.notify"]
+executor = "python:ledger.actions._echo"
+reversible = true
+"""
+
+
+@pytest.fixture
+def declared(tmp_path):
+    """Load a file, and forget what it declared afterwards."""
+    loaded: list[str] = []
+
+    def load(text: str):
+        path = tmp_path / "actions.toml"
+        path.write_text(text)
+        actions = load_actions_file(path, required=True)
+        loaded.extend(action.name for action in actions)
+        return actions
+
+    yield load
+    for name in loaded:
+        _registry.pop(name, None)
+
+
+def test_a_file_declares_external_and_python_actions_with_their_policy(declared):
+    charge, notify = declared(GOOD)
+    assert (charge.external, charge.reversible, charge.queryable, charge.max_attempts) == (True, False, True, 2)
+    assert charge.lease_ttl == timedelta(seconds=45) and charge.identity == ("account",)
+    assert charge.reconciler == "reconciliation.reconcilers.invoice"
+    assert charge.runbook_url == "https://wiki.example.com/charges" and charge.source.endswith("actions.toml")
+    assert not notify.external and notify.executor.__name__ == "_echo" and notify.reconciler is None
+    assert declared_action("test.charge") is charge
+
+
+@pytest.mark.parametrize("table, message", [
+    ('executor = "external"\nreversible = true\ncolour = "red"', "unknown key(s) colour"),
+    ('executor = "external"', "reversible is required"),
+    ('executor = "external"\nreversible = "yes"', "reversible must be bool, got str 'yes'"),
+    ('executor = "external"\nreversible = true\nmax_attempts = true', "max_attempts must be int, got bool"),
+    ('executor = "external"\nreversible = true\nmax_attempts = 0', "max_attempts must be at least 1"),
+    ('executor = "external"\nreversible = true\nlease_ttl = -1', "lease_ttl must be a positive number"),
+    ('executor = "celery"\nreversible = true', 'executor must be "external" or "python:dotted.path"'),
+    ('executor = "python:no.such.module"\nreversible = true', "executor 'no.such.module' cannot be imported"),
+    ('executor = "external"\nreversible = true\nqueryable = true', "queryable = true needs a reconciler"),
+    ('executor = "external"\nreversible = true\nreconciler = "python:reconciliation.reconcilers.mail"',
+     "a reconciler is declared but queryable = false"),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"',
+     'reconciler "webhook" is not available in this version'),
+    ('executor = "external"\nreversible = false\nreplay = "automatic"',
+     "an irreversible action cannot be replayed automatically"),
+    ('executor = "external"\nreversible = true\nidentity = ["a", "a"]', "identity must be a list of distinct"),
+    ('executor = "external"\nreversible = true\nrunbook_url = "javascript:alert(1)"',
+     "runbook_url must be an http(s) URL"),
+])
+def test_a_bad_declaration_is_refused_naming_the_file_and_the_action(declared, table, message):
+    with pytest.raises(DeclarationError) as refused:
+        declared(f'[actions."test.bad"]\n{table}\n')
+    assert "actions.toml: action 'test.bad': " in str(refused.value) and message in str(refused.value)
+    assert declared_action("test.bad") is None  # nothing of a bad file is registered
+
+
+def test_a_file_that_is_not_toml_or_names_an_action_twice_is_refused(declared, tmp_path):
+    with pytest.raises(DeclarationError, match="not valid TOML"):
+        declared("[actions.\n")
+    with pytest.raises(DeclarationError, match="declared twice"):
+        declared('[actions."reckon.echo"]\nexecutor = "external"\nreversible = true\n')
+    with pytest.raises(DeclarationError, match="does not exist"):
+        load_actions_file(tmp_path / "missing.toml", required=True)
+    assert load_actions_file(tmp_path / "missing.toml", required=False) == []
+
+
+def test_start_up_and_check_fail_with_the_message(tmp_path):
+    path = tmp_path / "actions.toml"
+    path.write_text('[actions."x.y"]\nexecutor = "external"\nreversible = false\nreplay = "automatic"\n')
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                          env={**__import__("os").environ, "RECKON_ACTIONS_FILE": str(path)}, timeout=60)
+    assert done.returncode != 0
+    assert f"{path}: action 'x.y': an irreversible action cannot be replayed automatically" in done.stderr
+
+
+def test_jobs_of_external_actions_never_reach_django_q2(declared, settings):
+    declared(GOOD)
+    settings.RECKON_DISPATCH = True
+    make_job("c1", action="test.charge", identity={"account": "acct_1"})
+    make_job("n1", action="test.notify")
+    queued = [row.task["args"] for row in OrmQ.objects.all()]
+    assert queued == [("n1",)]
+
+
+def test_an_action_bound_to_identity_fields_refuses_a_job_without_them(declared):
+    declared(GOOD)
+    with pytest.raises(services.InvalidJob, match="binds each job to the identity fields account: identity lacks account"):
+        make_job("c2", action="test.charge", identity={})
+    assert not Job.objects.filter(job_id="c2").exists()
+
+
+def test_a_job_keeps_the_policy_it_was_enqueued_with(declared, operator):
+    declared(GOOD)
+    make_job("c3", action="test.charge", identity={"account": "acct_1"})
+    assert Job.objects.get(job_id="c3").policy == {"reversible": False, "queryable": True, "max_attempts": 2}
+    lease = services.claim_job(job_id="c3", worker="ext-1")
+    services.verify_identity(lease=lease, observed={"account": "acct_1"})
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="the agent crashed mid-call")
+    # Someone edits the file: the action is now "reversible", with more attempts.
+    register(Action(name="test.charge", reversible=True, queryable=True, max_attempts=5,
+                    reconciler="reconciliation.reconcilers.invoice", source=declared_action("test.charge").source))
+    decisions.mark_not_found(job_id="c3", version=latest_attempt("c3").version, user=operator, note="none seen")
+    assert Job.objects.get(job_id="c3").status == "awaiting_approval"  # still needs a second person
+    assert ApprovalRequest.objects.filter(job__job_id="c3", status="pending").exists()
+
+
+def test_the_actions_command_lists_where_each_action_was_declared(declared, capsys):
+    declared(GOOD)
+    call_command("actions")
+    out = capsys.readouterr().out
+    charge = next(line for line in out.splitlines() if line.startswith("test.charge"))
+    assert "external (HTTP)" in charge and "no: replay needs approval" in charge and "actions.toml" in charge
+    assert "reckon.echo" in out and "module ledger.actions" in out
