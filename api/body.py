@@ -3,12 +3,15 @@
 JSON leaves a few things to the parser, and Python's choices would act on something other than
 what the client meant: a repeated key (Python keeps the last, other parsers the first), NaN and
 Infinity (not JSON, but Python reads them) and `\\ud800` escapes (no Unicode text, and
-PostgreSQL cannot store them). All are refused here, before any field is looked at.
+PostgreSQL cannot store them). All are refused here, before any field is looked at. A number
+with a fraction or an exponent is read as the exact Decimal it spells (1e309 is not infinity,
+2.0 is the integer JSON Schema says it is); the fields decide what to make of it.
 """
 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -53,7 +56,9 @@ def parse_json_object(request: HttpRequest) -> dict:
     if len(raw) > limit:  # a chunked body declares no length
         raise BodyRefused(413, "body_too_large", f"request body is {len(raw)} bytes; the limit is {limit}")
     try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_not_json)
+        value = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_not_json, parse_float=Decimal
+        )
     except UnicodeDecodeError:
         raise invalid("the body is not UTF-8") from None
     except RepeatedKey as exc:

@@ -103,7 +103,7 @@ def invalid_fields(request: HttpRequest, exc: ValidationError) -> JsonResponse:
         return refusal(request, no_such_job())  # an id no job could have: as unknown as any other
     fields = {}
     for error in exc.errors:
-        fields.setdefault(_field_name(error["loc"]), _message(error))
+        fields.setdefault(_field_name(error["loc"]), error["message"])
     return error_response(400, "invalid", "some fields are invalid", fields=fields)
 
 
@@ -118,17 +118,20 @@ def _field_name(loc: tuple) -> str:
     return ".".join(names) or "body"
 
 
-def _message(error: dict) -> str:
+def field_message(error: dict, allowed: list[str]) -> str:
+    """What is wrong with a field, from pydantic's error (`loc` relative to the body model)."""
     kind, context = error["type"], error.get("ctx", {})
     value = error.get("input")
     got = f", got {json_type(value)}"
     match kind:
-        case "missing" if error["loc"][2:]:
+        case "missing" if error["loc"][1:]:
             return "this field is required"
         case "missing":
             return "a JSON object body is required"
         case "extra_forbidden":
-            return "unexpected field; " + context.get("allowed", "see the schema for the allowed fields")
+            return "unexpected field; allowed: " + ", ".join(allowed)
+        case "literal_error":
+            return f"must be one of {context['expected']}"
         case "string_type":
             return "must be a string" + got
         case "int_type":

@@ -37,17 +37,19 @@ def _stored(value, path: str, depth: int):
         return _text(value, path)
     if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+    if isinstance(value, int | float | Decimal):
+        if not (isinstance(value, int) or math.isfinite(value)) or abs(value) > MAX_NUMBER:
             raise ValueError(f"at {path or '/'}: a number must be finite, within ±{MAX_NUMBER!r}")
         return _stored_number(value)
     raise ValueError(f"at {path or '/'}: {type(value).__name__} is not a JSON value")
 
 
-def _stored_number(number: int | float) -> int | float:
-    """PostgreSQL keeps the decimal Python sends (the float's repr), and one with no fraction digits
+def _stored_number(number: int | float | Decimal) -> int | float:
+    """PostgreSQL keeps the decimal Python sends (a float's repr), and one with no fraction digits
     comes back as an integer: the float 1e23 is stored as 1e+23 and read back as 10**23, which is
     another number. Sending that integer instead makes a retry compare equal to what was stored."""
+    if isinstance(number, Decimal):  # as read from a request body: 1e23, 2.50
+        number = int(number) if number.as_tuple().exponent >= 0 else float(number)
     if isinstance(number, float) and Decimal(repr(number)).as_tuple().exponent >= 0:
         return int(Decimal(repr(number)))
     return number

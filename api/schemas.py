@@ -9,10 +9,11 @@ range, enum), and a pattern that refuses a value says its rule in words.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from ninja import Path, Schema
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationError, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from api import json_values
@@ -84,8 +85,17 @@ Tenant = string(NAME_MAX_LENGTH, NAME_PATTERN, f"a tenant name is {NAME_RULE}")
 # The registry is complete once the apps are ready, which is before any URL is resolved.
 ActionName = Literal[tuple(action.name for action in registered_actions())]
 WorkerName = string(200, WORKER_PATTERN, "printable ASCII, with no space at either end")
+def _integral(value):
+    """JSON Schema's integer is any number without a fraction: 2.0 and 2e0 are the integer 2."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
 FencingToken = Annotated[
-    int, Field(ge=1, le=MAX_BIGINT, description="The lease's fencing token, from the claim.")
+    int,
+    Field(ge=1, le=MAX_BIGINT, description="The lease's fencing token, from the claim."),
+    BeforeValidator(_integral),
 ]
 JsonObject = Annotated[
     dict, AfterValidator(json_values.stored_object), json_values.DescribedBy(json_values.JsonObject)

@@ -20,6 +20,7 @@ from api.body import parse_json_object
 from api.http import (
     ApiError,
     WorkerTokenAuth,
+    field_message,
     http_error,
     invalid_fields,
     no_such_job,
@@ -61,21 +62,24 @@ class WorkerApi(NinjaAPI):
         return self._document
 
     def validation_error_from_error_contexts(self, error_contexts):
-        """Name the allowed fields beside an unexpected one."""
+        """Each error with its message, written while pydantic's error still has the input."""
         error = super().validation_error_from_error_contexts(error_contexts)
-        for detail in error.errors:
-            if detail["type"] == "extra_forbidden":
-                model = _body_model(error_contexts)
-                detail["ctx"] = {"allowed": "allowed: " + ", ".join(model.model_fields) if model else ""}
+        originals = [
+            (original, context.model)
+            for context in error_contexts
+            for original in context.pydantic_validation_error.errors(include_url=False)
+        ]
+        for detail, (original, model) in zip(error.errors, originals, strict=True):
+            detail["message"] = field_message(original, allowed=_body_fields(model))
         return error
 
 
-def _body_model(error_contexts):
-    for context in error_contexts:
-        for field in context.model.model_fields.values():
-            if hasattr(field.annotation, "model_fields"):
-                return field.annotation
-    return None
+def _body_fields(model) -> list[str]:
+    """The fields a request body may have (ninja wraps the body schema in a model of its own)."""
+    for field in model.model_fields.values():
+        if hasattr(field.annotation, "model_fields"):
+            return list(field.annotation.model_fields)
+    return []
 
 
 api = WorkerApi(
