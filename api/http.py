@@ -12,7 +12,7 @@ import logging
 
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import HttpBearer
+from ninja.security.http import HttpAuthBase
 
 from api import tokens
 from api.body import BodyRefused, check_declared_size, json_type
@@ -47,16 +47,14 @@ def no_such_job() -> ApiError:
     return ApiError(404, "not_found", "no such job")
 
 
-class WorkerTokenAuth(HttpBearer):
+class WorkerTokenAuth(HttpAuthBase):
     """`Authorization: Bearer rk_...`; session cookies are never consulted, so there is no CSRF."""
 
+    openapi_scheme = "bearer"
     openapi_description = "A worker token (manage.py worker_token create), scoped to tenants and actions."
 
     def __call__(self, request: HttpRequest):
         return tokens.authenticate(request.headers.get("Authorization", ""))
-
-    def authenticate(self, request: HttpRequest, token: str):  # the abstract method; __call__ decides
-        raise NotImplementedError
 
 
 # -- refusals, as the API's exception handlers ----------------------------------------------------

@@ -30,7 +30,10 @@ def _stored(value, path: str, depth: int):
     if isinstance(value, dict | list) and depth > MAX_NESTING:
         raise ValueError(f"at {path or '/'}: nested deeper than {MAX_NESTING} levels")
     if isinstance(value, dict):
-        return {_text(key, path): _stored(item, f"{path}/{_pointer(key)}", depth + 1) for key, item in value.items()}
+        return {
+            _text(key, path): _stored(item, f"{path}/{_pointer(key)}", depth + 1)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_stored(item, f"{path}/{n}", depth + 1) for n, item in enumerate(value)]
     if isinstance(value, str):
@@ -57,7 +60,9 @@ def _stored_number(number: int | float | Decimal) -> int | float:
 
 def _text(value: str, path: str) -> str:
     if "\x00" in value:
-        raise ValueError(f"at {path or '/'}: text must not contain NUL (U+0000), which PostgreSQL cannot store")
+        raise ValueError(
+            f"at {path or '/'}: text must not contain NUL (U+0000), which PostgreSQL cannot store"
+        )
     return value
 
 

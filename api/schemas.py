@@ -30,7 +30,10 @@ from ledger.states import Delivery, Execution, JobStatus, SideEffect
 MAX_BIGINT = 2**63 - 1
 # Printable ASCII, no space at either end: what a worker calls itself is shown and compared.
 WORKER_PATTERN = r"^[!-~](?:[ -~]*[!-~])?$"
-
+# Human text (an error, a reason): something besides whitespace, and no NUL.
+TEXT_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+# A provider's reference (a message id): one line, no control characters, may be empty.
+REFERENCE_PATTERN = r"^[^\u0000-\u001f\u007f]*$"
 JOB_ID_SEGMENT_RULE = (
     f"a job id here is 1 to {JOB_ID_MAX_LENGTH} characters: ASCII letters, digits and . _ : @ -, "
     "starting with a letter or digit, never '..' ('/' is not allowed: the API addresses a job "
@@ -53,7 +56,7 @@ def _explained(rule: str) -> WrapValidator:
 
 
 def string(max_length: int, pattern: str, rule: str, *, min_length: int = 1, description: str = ""):
-    """A string field whose pattern is stated twice: in the schema, and in words (both places)."""
+    """A string field; its rule is published with the pattern and given back when a value breaks it."""
     return Annotated[
         str,
         Field(
@@ -64,6 +67,13 @@ def string(max_length: int, pattern: str, rule: str, *, min_length: int = 1, des
         ),
         _explained(rule),
     ]
+
+
+def _integral(value):
+    """JSON Schema's integer is any number without a fraction: 2.0 and 2e0 are the integer 2."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return value
 
 
 JobId = string(
@@ -85,29 +95,16 @@ Tenant = string(NAME_MAX_LENGTH, NAME_PATTERN, f"a tenant name is {NAME_RULE}")
 # The registry is complete once the apps are ready, which is before any URL is resolved.
 ActionName = Literal[tuple(action.name for action in registered_actions())]
 WorkerName = string(200, WORKER_PATTERN, "printable ASCII, with no space at either end")
-def _integral(value):
-    """JSON Schema's integer is any number without a fraction: 2.0 and 2e0 are the integer 2."""
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value)
-    return value
-
-
 FencingToken = Annotated[
     int,
     Field(ge=1, le=MAX_BIGINT, description="The lease's fencing token, from the claim."),
     BeforeValidator(_integral),
 ]
+Text = string(2000, TEXT_PATTERN, "must contain something besides whitespace, and no NUL")
+Reference = string(500, REFERENCE_PATTERN, "one line, with no control characters", min_length=0)
 JsonObject = Annotated[
     dict, AfterValidator(json_values.stored_object), json_values.DescribedBy(json_values.JsonObject)
 ]
-DeliveryState = Literal[tuple(Delivery.values)]
-ExecutionState = Literal[tuple(Execution.values)]
-SideEffectState = Literal[tuple(SideEffect.values)]
-Status = Literal[tuple(JobStatus.values)]
-# Human text (an error, a reason): something besides whitespace, and no NUL.
-Text = string(2000, r"^[^\u0000]*[^\s\u0000][^\u0000]*$", "must contain something besides whitespace, and no NUL")
-# A provider's reference (a message id): one line, no control characters, may be empty.
-Reference = string(500, r"^[^\u0000-\u001f\u007f]*$", "one line, with no control characters", min_length=0)
 
 
 class Request(Schema):
@@ -144,21 +141,32 @@ class SuccessRequest(LeaseRequest):
     result_ref: Reference = Field(
         default="", description="The provider's reference for the effect (a message id)."
     )
-    evidence: JsonObject = Field(default_factory=dict, description="What the worker saw, kept with the event.")
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
 
 
 class FailureRequest(LeaseRequest):
     error: Text = Field(description="Why the provider refused.")
     retryable: bool = Field(default=False, description="Queue the next attempt.")
-    evidence: JsonObject = Field(default_factory=dict, description="What the worker saw, kept with the event.")
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
 
 
 class UnknownRequest(LeaseRequest):
     reason: Text = Field(description="Why the worker cannot tell whether the effect happened.")
-    evidence: JsonObject = Field(default_factory=dict, description="What the worker saw, kept with the event.")
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
 
 
 # -- responses ----------------------------------------------------------------------------------
+
+DeliveryState = Literal[tuple(Delivery.values)]
+ExecutionState = Literal[tuple(Execution.values)]
+SideEffectState = Literal[tuple(SideEffect.values)]
+Status = Literal[tuple(JobStatus.values)]
 
 
 class Attempt(Schema):

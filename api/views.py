@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.db import connection, transaction
 from django.http import HttpRequest
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
@@ -94,11 +95,12 @@ api = WorkerApi(
         "at most RECKON_API_MAX_BODY_BYTES (256 KiB by default; 413 beyond), with no repeated "
         "key in any object, no NaN or Infinity and no unpaired surrogate escapes (400). A job "
         "outside the token's tenants and actions answers 404 exactly like a job that does not "
-        "exist. Every refusal is `{\"error\": {\"code\", \"message\", \"fields\"?, \"reason\"?}}`."
+        'exist. Every refusal is `{"error": {"code", "message", "fields"?, "reason"?}}`.'
     ),
     servers=[{"url": "/api/v1"}],
     openapi_url="/openapi.json",
     docs_url=None,
+    docs_decorator=require_GET,
     urls_namespace="api",
     auth=WorkerTokenAuth(),
     parser=JsonObjectParser(),
@@ -153,8 +155,7 @@ def _link(operation_id: str, lease_at: str | None = None) -> dict:
 RESULTS = ("recordSuccess", "recordFailure", "recordUnknown")
 JOB_LINKS = {"read": _link("getJob"), "claim": _link("claimJob")}
 LEASE_LINKS = {
-    name: _link(name, lease_at="")
-    for name in ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
+    name: _link(name, lease_at="") for name in ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
 }
 BEGUN_LINKS = {name: _link(name, lease_at="/attempt") for name in RESULTS}
 VERIFIED_LINKS = {"begin": _link("beginSideEffect", lease_at="/attempt")}
@@ -278,7 +279,9 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
     conflict = None
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [ENQUEUE_LOCK_SPACE, body.job_id])
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [ENQUEUE_LOCK_SPACE, body.job_id]
+            )
         existed = models.Job.objects.filter(job_id=body.job_id).exists()
         try:
             job = services.enqueue_job(**body.model_dump(), actor=f"api:{token.name}")
@@ -373,7 +376,9 @@ def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
     operation_id="recordSuccess",
     summary="The provider confirmed the effect",
     **answers(
-        {200: (Result, "succeeded")}, *LEASE_ERRORS, conflict=STALE + "; invalid_transition: nothing was begun"
+        {200: (Result, "succeeded")},
+        *LEASE_ERRORS,
+        conflict=STALE + "; invalid_transition: nothing was begun",
     ),
 )
 def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
@@ -410,5 +415,7 @@ def failure(request: HttpRequest, job_id: JobIdInPath, body: FailureRequest):
 )
 def unknown(request: HttpRequest, job_id: JobIdInPath, body: UnknownRequest):
     job = _job_in_scope(request, job_id)
-    attempt = services.record_unknown(lease=_lease_from(job, body), reason=body.reason, evidence=body.evidence)
+    attempt = services.record_unknown(
+        lease=_lease_from(job, body), reason=body.reason, evidence=body.evidence
+    )
     return _result(job.job_id, attempt)

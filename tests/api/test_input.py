@@ -22,7 +22,9 @@ def _begun(api: ApiClient) -> dict:
 
 
 @pytest.mark.parametrize("number", ["1e309", "-1e309", "1" * 400])
-@pytest.mark.parametrize("step, extra", [("success", {}), ("failure", {"error": "x"}), ("unknown", {"reason": "x"})])
+@pytest.mark.parametrize(
+    "step, extra", [("success", {}), ("failure", {"error": "x"}), ("unknown", {"reason": "x"})]
+)
 def test_a_number_beyond_a_double_in_evidence_is_a_400_not_a_500(api, step, extra, number):
     lease = _begun(api)
     before, events = ledger_state(), event_count()
@@ -58,7 +60,8 @@ def test_a_large_float_is_stored_as_the_integer_its_notation_names(api):
 
 
 @pytest.mark.parametrize(
-    "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1", ""]
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1", ""],
 )
 def test_a_body_that_is_not_declared_json_is_a_415(api, content_type):
     before, events = ledger_state(), event_count()
@@ -124,7 +127,9 @@ def test_a_job_id_outside_the_alphabet_is_refused_at_enqueue_and_unknown_in_a_pa
     assert api.get("/api/v1/jobs/" + quote(job_id, safe="")).status == 404
 
 
-@pytest.mark.parametrize("job_id", ["j", "mail-42", "inv-1.retry", "acme:order@2026", "a.", "A_b-c", "x" * 200])
+@pytest.mark.parametrize(
+    "job_id", ["j", "mail-42", "inv-1.retry", "acme:order@2026", "a.", "A_b-c", "x" * 200]
+)
 def test_ids_in_the_alphabet_are_accepted(api, job_id):
     assert api.post("/api/v1/jobs", {**ECHO, "job_id": job_id}).status == 201
     assert api.get(f"/api/v1/jobs/{job_id}").status == 200
@@ -160,7 +165,9 @@ def test_lease_write_fields_are_strict_and_say_why(api, field, value, message):
 def test_an_empty_body_names_the_required_fields(api):
     assert api.post("/api/v1/jobs", {}).status == 400
     answer = api.post("/api/v1/jobs/j-1/claim", raw=b"")
-    assert answer.status == 400 and answer.json["error"]["fields"] == {"body": "a JSON object body is required"}
+    assert answer.status == 400 and answer.json["error"]["fields"] == {
+        "body": "a JSON object body is required"
+    }
 
 
 @pytest.mark.parametrize("written, status", [(b"1.0", 200), (b"1e0", 200), (b"1.5", 400), (b"1e400", 400)])

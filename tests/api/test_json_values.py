@@ -52,7 +52,9 @@ def test_nesting_beyond_the_limit_is_refused_with_where():
         inner = inner["a"]
     assert stored_object(deep) == deep
     inner["a"] = []
-    with pytest.raises(ValueError, match=f"at /{'a/' * (MAX_NESTING - 1)}a: nested deeper than {MAX_NESTING}"):
+    with pytest.raises(
+        ValueError, match=f"at /{'a/' * (MAX_NESTING - 1)}a: nested deeper than {MAX_NESTING}"
+    ):
         stored_object(deep)
 
 
@@ -61,7 +63,9 @@ JOB_IDS = (f"n{n}" for n in itertools.count())
 
 @pytest.mark.django_db
 @settings(max_examples=60, deadline=None)
-@given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(min_value=-(10**308), max_value=10**308))
+@given(
+    st.floats(allow_nan=False, allow_infinity=False) | st.integers(min_value=-(10**308), max_value=10**308)
+)
 def test_a_number_comes_back_from_postgresql_as_it_was_validated(number):
     payload = stored_object({"x": number, "in": [number]})
     job = services.enqueue_job(job_id=next(JOB_IDS), tenant="t", action="reckon.echo", payload=payload)

@@ -56,7 +56,9 @@ def test_every_route_is_described_with_its_method_body_and_answers():
 def test_the_described_fields_are_the_accepted_fields(api):
     """The enqueue schema's required fields are exactly what the view demands."""
     document = _document()
-    schema = _resolve(document, document["paths"]["/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"])
+    schema = _resolve(
+        document, document["paths"]["/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    )
     answer = api.post("/api/v1/jobs", {})
     assert set(answer.json["error"]["fields"]) == set(schema["required"])
 
@@ -81,3 +83,9 @@ def test_it_states_the_identifier_alphabets_and_the_free_form_rules():
 def test_the_stated_error_shape_is_what_refusals_carry():
     answer = ApiClient().get("/api/v1/jobs/x", token=None)
     assert set(answer.json) == {"error"} and {"code", "message"} <= set(answer.json["error"])
+
+
+def test_the_document_is_read_with_get_only():
+    answer = ApiClient().post("/api/v1/openapi.json", {}, token=None)
+    assert answer.status == 405 and answer.headers["Allow"] == "GET"
+    assert answer.json["error"]["code"] == "method_not_allowed"

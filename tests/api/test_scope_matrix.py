@@ -91,8 +91,13 @@ def test_a_job_outside_the_scope_answers_exactly_like_a_missing_one(scope, endpo
     before, events = ledger_state(), event_count()
 
     hidden = client.call(method, path, body)
-    missing = client.call(method, path.replace("/jobs/j", "/jobs/nope").replace("/jobs/begun", "/jobs/nope")
-                          .replace("/jobs/fresh", "/jobs/nope"), body)
+    missing = client.call(
+        method,
+        path.replace("/jobs/j", "/jobs/nope")
+        .replace("/jobs/begun", "/jobs/nope")
+        .replace("/jobs/fresh", "/jobs/nope"),
+        body,
+    )
 
     assert hidden.status == missing.status == 404
     assert hidden.json == missing.json == {"error": {"code": "not_found", "message": "no such job"}}

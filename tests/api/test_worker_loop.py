@@ -263,4 +263,6 @@ def test_lease_writes_validate_their_fields(api):
     assert answer.status == 400
     assert set(answer.json["error"]["fields"]) == {"owner", "fencing_token", "retryable", "error"}
     huge = api.post("/api/v1/jobs/j-1/lease/begin", {"owner": "w-1", "fencing_token": 2**70})
-    assert huge.status == 400 and huge.json["error"]["fields"]["fencing_token"] == f"must be at most {2**63 - 1}"
+    assert (
+        huge.status == 400 and huge.json["error"]["fields"]["fencing_token"] == f"must be at most {2**63 - 1}"
+    )
