@@ -1,7 +1,8 @@
-"""The API's HTTP edge: bearer-token authentication, method checks, and one error shape.
+"""The API's HTTP edge: one JSON error shape, worker-token authentication, and the answers
+django-ninja would otherwise give as text or HTML (405, 404, validation, server errors).
 
 Every refusal is JSON: {"error": {"code", "message", "fields"?, "reason"?}}. Ledger refusals
-map to HTTP here, once, so the views only parse, call one service and serialise.
+map to HTTP here, once, so the views only call one service and serialise.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import functools
 import logging
 
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security.http import HttpAuthBase
 
 from api import tokens
-from api.models import WorkerToken
-from api.validation import BodyTooLarge, FieldErrors
+from api.body import BodyRefused, check_declared_size, json_type
 from ledger.actions import UnknownAction
 from ledger.services import (
     ClaimRefused,
@@ -41,15 +42,29 @@ def error_response(status: int, code: str, message: str, **extra) -> JsonRespons
     return response
 
 
-def _refusal(exc: Exception) -> JsonResponse:
-    """Map a refusal to its HTTP answer; anything else is a bug and propagates."""
+def no_such_job() -> ApiError:
+    """Also the answer for a job outside the token's scope: another tenant cannot probe ids."""
+    return ApiError(404, "not_found", "no such job")
+
+
+class WorkerTokenAuth(HttpAuthBase):
+    """`Authorization: Bearer rk_...`; session cookies are never consulted, so there is no CSRF."""
+
+    openapi_scheme = "bearer"
+    openapi_description = "A worker token (manage.py worker_token create), scoped to tenants and actions."
+
+    def __call__(self, request: HttpRequest):
+        return tokens.authenticate(request.headers.get("Authorization", ""))
+
+
+# -- refusals, as the API's exception handlers ----------------------------------------------------
+
+
+def refusal(request: HttpRequest, exc: Exception) -> JsonResponse:
+    """The HTTP answer for an API or ledger refusal."""
     match exc:
         case ApiError():
             return error_response(exc.status, exc.code, str(exc), **exc.extra)
-        case FieldErrors():
-            return error_response(400, "invalid", "some fields are invalid", fields=exc.fields)
-        case BodyTooLarge():
-            return error_response(413, "body_too_large", str(exc))
         case UnknownAction():
             return error_response(400, "invalid", "some fields are invalid", fields={"action": str(exc)})
         case InvalidJob():
@@ -64,49 +79,99 @@ def _refusal(exc: Exception) -> JsonResponse:
             return error_response(409, "job_conflict", str(exc))
         case LedgerError():
             return error_response(409, "invalid_transition", str(exc))
-    raise exc
+    raise TypeError(f"not a refusal: {exc!r}")
 
 
-def endpoint(*methods: str, authenticated: bool = True):
-    """An API view: token in, JSON out. The view gets `request.worker_token`.
-
-    Session cookies are never consulted: a browser logged into the console is anonymous here.
-    CSRF protection is off because nothing here trusts ambient credentials.
-    """
-
-    def decorate(view):
-        @csrf_exempt
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args, **kwargs):
-            if request.method not in methods:
-                response = error_response(
-                    405,
-                    "method_not_allowed",
-                    f"{request.method} is not allowed here; use {', '.join(methods)}",
-                )
-                response["Allow"] = ", ".join(methods)
-                return response
-            if authenticated:
-                worker_token = tokens.authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
-                if worker_token is None:
-                    return error_response(
-                        401, "unauthorized", "a valid worker token is required: Authorization: Bearer <token>"
-                    )
-                request.worker_token = worker_token
-            try:
-                return view(request, *args, **kwargs)
-            except (ApiError, FieldErrors, BodyTooLarge, LedgerError, UnknownAction) as exc:
-                return _refusal(exc)
-
-        return wrapper
-
-    return decorate
-
-
-def require_scope(worker_token: WorkerToken, *, tenant: str, action: str) -> None:
-    if not worker_token.allows(tenant=tenant, action=action):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"token {worker_token.prefix}… may not act for tenant {tenant!r} and action {action!r}",
+def http_error(request: HttpRequest, exc: HttpError) -> JsonResponse:
+    # ninja wraps whatever the body parser raises; the parser's own refusal says more.
+    if isinstance(exc.__cause__, BodyRefused):
+        cause = exc.__cause__
+        if cause.status == 400:
+            return error_response(400, "invalid", "the body is invalid", fields={"body": str(cause)})
+        return error_response(cause.status, cause.code, str(cause))
+    if isinstance(exc, AuthenticationError):
+        return error_response(
+            401, "unauthorized", "a valid worker token is required: Authorization: Bearer <token>"
         )
+    return error_response(exc.status_code, "http_error", exc.message)
+
+
+def invalid_fields(request: HttpRequest, exc: ValidationError) -> JsonResponse:
+    if any(error["loc"][0] == "path" for error in exc.errors):
+        return refusal(request, no_such_job())  # an id no job could have: as unknown as any other
+    fields = {}
+    for error in exc.errors:
+        fields.setdefault(_field_name(error["loc"]), error["message"])
+    return error_response(400, "invalid", "some fields are invalid", fields=fields)
+
+
+def server_error(request: HttpRequest, exc: Exception) -> JsonResponse:
+    log.exception("API %s %s failed", request.method, request.path)
+    return error_response(500, "server_error", "the server failed; the error is logged")
+
+
+def _field_name(loc: tuple) -> str:
+    # ("body", "body", "payload") -> "payload"; a missing body is ("body", "body").
+    names = [str(part) for part in loc[2:]]
+    return ".".join(names) or "body"
+
+
+def field_message(error: dict, allowed: list[str]) -> str:
+    """What is wrong with a field, from pydantic's error (`loc` relative to the body model)."""
+    kind, context = error["type"], error.get("ctx", {})
+    value = error.get("input")
+    got = f", got {json_type(value)}"
+    match kind:
+        case "missing" if error["loc"][1:]:
+            return "this field is required"
+        case "missing":
+            return "a JSON object body is required"
+        case "extra_forbidden":
+            return "unexpected field; allowed: " + ", ".join(allowed)
+        case "literal_error":
+            return f"must be one of {context['expected']}"
+        case "string_type":
+            return "must be a string" + got
+        case "int_type":
+            return "must be an integer" + got
+        case "bool_type":
+            return "must be true or false" + got
+        case "dict_type" | "model_type":
+            return "must be a JSON object" + got
+        case "string_too_short":
+            return "must not be empty"
+        case "string_too_long":
+            return f"must be at most {context['max_length']} characters, got {len(value)}"
+        case "greater_than_equal":
+            return f"must be at least {context['ge']}"
+        case "less_than_equal":
+            return f"must be at most {context['le']}"
+        case "value_error":
+            return str(context.get("error", error["msg"]))
+    return error["msg"]
+
+
+# -- what ninja answers outside its handlers -------------------------------------------------------
+
+
+def edge(view):
+    """Wrap a ninja URL view: refuse an oversized body unread, and answer 404 and 405 as JSON."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        try:
+            check_declared_size(request)
+            response = view(request, *args, **kwargs)
+        except BodyRefused as refused:
+            return error_response(refused.status, refused.code, str(refused))
+        except Http404:
+            return error_response(404, "not_found", f"no API endpoint at {request.path}")
+        if isinstance(response, HttpResponseNotAllowed):
+            allowed = response["Allow"]
+            response = error_response(
+                405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}"
+            )
+            response["Allow"] = allowed
+        return response
+
+    return wrapper

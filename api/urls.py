@@ -1,20 +1,20 @@
-from django.urls import path, re_path
+from django.urls import re_path
+from django.views.decorators.csrf import csrf_exempt
 
-from api import views
+from api.http import edge, error_response
+from api.views import api
 
 app_name = "api"
 
+
+@csrf_exempt
+def _no_endpoint(request, rest: str = ""):
+    return error_response(404, "not_found", f"no API endpoint at {request.path}")
+
+
+ninja_patterns, _, _ = api.urls
+for pattern in ninja_patterns:
+    pattern.callback = edge(pattern.callback)
+
 # Job ids containing "/" cannot be addressed here; the API refuses to enqueue them.
-urlpatterns = [
-    path("jobs", views.jobs, name="jobs"),
-    path("jobs/<str:job_id>", views.job_detail, name="job"),
-    path("jobs/<str:job_id>/claim", views.claim, name="claim"),
-    path("jobs/<str:job_id>/lease/renew", views.renew, name="renew"),
-    path("jobs/<str:job_id>/lease/identity", views.identity, name="identity"),
-    path("jobs/<str:job_id>/lease/begin", views.begin, name="begin"),
-    path("jobs/<str:job_id>/lease/success", views.success, name="success"),
-    path("jobs/<str:job_id>/lease/failure", views.failure, name="failure"),
-    path("jobs/<str:job_id>/lease/unknown", views.unknown, name="unknown"),
-    path("openapi.json", views.openapi, name="openapi"),
-    re_path(r"^(?P<rest>[\s\S]*)$", views.not_found),
-]
+urlpatterns = [*ninja_patterns, re_path(r"^(?P<rest>[\s\S]*)$", edge(_no_endpoint))]

@@ -1,50 +1,166 @@
-"""The worker API's views: parse, check scope, call one ledger service, serialise.
+"""The worker API (/api/v1/): parse, check scope, call one ledger service, serialise.
 
-Every transition is `ledger.services`; a lease-bound write rebuilds the Lease from the
-attempt the caller's fencing token names, and the service's compare-and-set decides.
+Built on django-ninja: the pydantic schemas in `api.schemas` validate each request and are the
+OpenAPI document (/api/v1/openapi.json). Every transition is `ledger.services`; a lease-bound
+write rebuilds the Lease from the attempt the caller's fencing token names, and the service's
+compare-and-set decides. A job outside the token's tenants and actions is, to that token, no job.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from django.utils import timezone
+from django.views.decorators.http import require_GET
+from ninja import NinjaAPI
+from ninja.errors import HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.responses import Status
 
-from api.http import ApiError, endpoint, error_response, require_scope
-from api.openapi import openapi_document
-from api.validation import (
-    Field,
-    boolean,
-    json_object,
-    path_job_id,
-    positive_integer,
-    read_json_object,
-    text,
-    validate,
+from api.body import parse_json_object
+from api.http import (
+    ApiError,
+    WorkerTokenAuth,
+    field_message,
+    http_error,
+    invalid_fields,
+    no_such_job,
+    refusal,
+    server_error,
 )
-from ledger import services
-from ledger.models import Attempt, Job
+from api.schemas import (
+    ClaimRequest,
+    EnqueueRequest,
+    Error,
+    FailureRequest,
+    IdentityRequest,
+    Job,
+    JobIdInPath,
+    Lease,
+    LeaseRequest,
+    Result,
+    SuccessRequest,
+    UnknownRequest,
+)
+from ledger import models, services
+from ledger.actions import UnknownAction
 
-IDENTIFIER = text(200, identifier=True)
-EVIDENCE = Field(json_object, required=False, default=dict)
-LEASE_FIELDS = {"owner": Field(IDENTIFIER), "fencing_token": Field(positive_integer)}
 
-ENQUEUE_FIELDS = {
-    "job_id": Field(text(200, identifier=True, forbid="/")),
-    "tenant": Field(text(100, identifier=True)),
-    "action": Field(text(100, identifier=True)),
-    "payload": Field(json_object),
-    "identity": Field(json_object, required=False, default=dict),
+class JsonObjectParser(Parser):
+    def parse_body(self, request: HttpRequest) -> dict:
+        return parse_json_object(request)
+
+
+class WorkerApi(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        """Paths relative to the server `/api/v1`; built once."""
+        if getattr(self, "_document", None) is None:
+            self._document = super().get_openapi_schema(path_prefix="", path_params=path_params)
+        return self._document
+
+    def validation_error_from_error_contexts(self, error_contexts):
+        """Each error with its message, written while pydantic's error still has the input."""
+        error = super().validation_error_from_error_contexts(error_contexts)
+        originals = [
+            (original, context.model)
+            for context in error_contexts
+            for original in context.pydantic_validation_error.errors(include_url=False)
+        ]
+        for detail, (original, model) in zip(error.errors, originals, strict=True):
+            detail["message"] = field_message(original, allowed=_body_fields(model))
+        return error
+
+
+def _body_fields(model) -> list[str]:
+    """The fields a request body may have (ninja wraps the body schema in a model of its own)."""
+    for field in model.model_fields.values():
+        if hasattr(field.annotation, "model_fields"):
+            return list(field.annotation.model_fields)
+    return []
+
+
+api = WorkerApi(
+    title="Reckon worker API",
+    version="1",
+    description=(
+        "Enqueue jobs and run Reckon's safe worker loop from any language: claim -> (verify "
+        "identity) -> begin side effect -> call the provider with the job's idempotency key -> "
+        "record success, failure or unknown. Every write after the claim carries the lease's "
+        "owner and fencing token; a stale one changes nothing (409 stale_lease).\n\n"
+        "Bodies are JSON objects (`Content-Type: application/json`, UTF-8; anything else is 415), "
+        "at most RECKON_API_MAX_BODY_BYTES (256 KiB by default; 413 beyond), with no repeated "
+        "key in any object, no NaN or Infinity and no unpaired surrogate escapes (400). A job "
+        "outside the token's tenants and actions answers 404 exactly like a job that does not "
+        'exist. Every refusal is `{"error": {"code", "message", "fields"?, "reason"?}}`.'
+    ),
+    servers=[{"url": "/api/v1"}],
+    openapi_url="/openapi.json",
+    docs_url=None,
+    docs_decorator=require_GET,
+    urls_namespace="api",
+    auth=WorkerTokenAuth(),
+    parser=JsonObjectParser(),
+)
+for refused in (ApiError, services.LedgerError, UnknownAction):
+    api.add_exception_handler(refused, refusal)
+api.add_exception_handler(HttpError, http_error)
+api.add_exception_handler(ValidationError, invalid_fields)
+api.add_exception_handler(Exception, server_error)
+
+
+# -- the OpenAPI answers --------------------------------------------------------------------------
+
+ERRORS = {
+    400: "invalid body or fields (`fields` names each one)",
+    401: "no token, an unknown token or a revoked token",
+    403: "the token's scope does not cover this tenant and action",
+    404: "no such job (a job outside the token's scope is no job to it)",
+    413: "body over the size limit",
+    415: "the body is not application/json",
 }
+STALE = "stale_lease: the lease is no longer current (nothing changed; the rejection is recorded)"
 
 
-# -- serialisation ------------------------------------------------------------------------------
+def answers(ok: dict, *errors: int, conflict: str = "", links: dict | None = None) -> dict:
+    """`response` and `openapi_extra` for an operation: its schemas, and what each answer means."""
+    codes = [*errors, 409] if conflict else list(errors)
+    descriptions = {**{status: {"description": text} for status, (_, text) in ok.items()}}
+    descriptions.update({code: {"description": ERRORS[code]} for code in errors})
+    if conflict:
+        descriptions[409] = {"description": conflict}
+    for status, operation_links in (links or {}).items():
+        descriptions[status]["links"] = operation_links
+    return {
+        "response": {**{status: schema for status, (schema, _) in ok.items()}, frozenset(codes): Error},
+        "openapi_extra": {"responses": descriptions},
+    }
 
 
-def _time(value) -> str | None:
-    return value.isoformat() if value else None
+def _link(operation_id: str, lease_at: str | None = None) -> dict:
+    """A link to an operation on the same job; `lease_at` says where the answer holds the lease."""
+    link = {"operationId": operation_id, "parameters": {"job_id": "$response.body#/job_id"}}
+    if lease_at is not None:
+        owner, token = ("owner", "fencing_token") if lease_at == "" else ("lease_owner", "fencing_token")
+        link["requestBody"] = {
+            "owner": f"$response.body#{lease_at}/{owner}",
+            "fencing_token": f"$response.body#{lease_at}/{token}",
+        }
+    return link
 
 
-def attempt_json(attempt: Attempt) -> dict:
+RESULTS = ("recordSuccess", "recordFailure", "recordUnknown")
+JOB_LINKS = {"read": _link("getJob"), "claim": _link("claimJob")}
+LEASE_LINKS = {
+    name: _link(name, lease_at="") for name in ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
+}
+BEGUN_LINKS = {name: _link(name, lease_at="/attempt") for name in RESULTS}
+VERIFIED_LINKS = {"begin": _link("beginSideEffect", lease_at="/attempt")}
+LEASE_ERRORS = (400, 401, 404, 413, 415)
+
+
+# -- serialisation --------------------------------------------------------------------------------
+
+
+def attempt_json(attempt: models.Attempt) -> dict:
     return {
         "number": attempt.number,
         "delivery": attempt.delivery_state,
@@ -52,18 +168,18 @@ def attempt_json(attempt: Attempt) -> dict:
         "side_effect": attempt.side_effect_state,
         "lease_owner": attempt.lease_owner,
         "fencing_token": attempt.lease_token,
-        "lease_expires_at": _time(attempt.lease_expires_at),
-        "heartbeat_at": _time(attempt.heartbeat_at),
+        "lease_expires_at": attempt.lease_expires_at,
+        "heartbeat_at": attempt.heartbeat_at,
         "observed_identity": attempt.observed_identity,
         "result_ref": attempt.result_ref,
         "error": attempt.error,
         "version": attempt.version,
-        "created_at": _time(attempt.created_at),
-        "updated_at": _time(attempt.updated_at),
+        "created_at": attempt.created_at,
+        "updated_at": attempt.updated_at,
     }
 
 
-def job_json(job: Job, *, attempts: bool = True) -> dict:
+def job_json(job: models.Job, *, attempts: bool = True) -> dict:
     body = {
         "job_id": job.job_id,
         "tenant": job.tenant,
@@ -72,47 +188,44 @@ def job_json(job: Job, *, attempts: bool = True) -> dict:
         "identity": job.identity,
         "idempotency_key": job.idempotency_key,
         "status": job.status,
-        "created_at": _time(job.created_at),
-        "updated_at": _time(job.updated_at),
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
     }
     if attempts:
         body["attempts"] = [attempt_json(a) for a in job.attempts.order_by("number")]
     return body
 
 
-def lease_json(lease: services.Lease, job: Job) -> dict:
+def lease_json(lease: services.Lease, job: models.Job) -> dict:
     return {
         "job_id": lease.job_id,
         "attempt": lease.attempt_number,
         "owner": lease.owner,
         "fencing_token": lease.token,
-        "expires_at": _time(lease.expires_at),
+        "expires_at": lease.expires_at,
         "job": job_json(job, attempts=False),
     }
 
 
-def _result(job_id: str, attempt: Attempt) -> JsonResponse:
-    job = Job.objects.get(job_id=job_id)
-    return JsonResponse({"job_id": job.job_id, "status": job.status, "attempt": attempt_json(attempt)})
+def _result(job_id: str, attempt: models.Attempt) -> dict:
+    job = models.Job.objects.get(job_id=job_id)
+    return {"job_id": job.job_id, "status": job.status, "attempt": attempt_json(attempt)}
 
 
-# -- loading ------------------------------------------------------------------------------------
+# -- loading --------------------------------------------------------------------------------------
 
 
-def _job_in_scope(request: HttpRequest, job_id: str) -> Job:
-    job_id = path_job_id(job_id)
-    job = Job.objects.filter(job_id=job_id).first() if job_id else None
-    if job is None:
-        raise ApiError(404, "not_found", "no such job")
-    require_scope(request.worker_token, tenant=job.tenant, action=job.action)
+def _job_in_scope(request: HttpRequest, job_id: str) -> models.Job:
+    job = models.Job.objects.filter(job_id=job_id).first()
+    if job is None or not request.auth.allows(tenant=job.tenant, action=job.action):
+        raise no_such_job()
     return job
 
 
-def _lease_from(job: Job, fields: dict) -> services.Lease:
+def _lease_from(job: models.Job, body: LeaseRequest) -> services.Lease:
     """The Lease the caller claims to hold; the service checks it against the attempt."""
-    token = fields["fencing_token"]
     attempt = (
-        Attempt.objects.filter(job=job, lease_token=token).first()
+        models.Attempt.objects.filter(job=job, lease_token=body.fencing_token).first()
         # A token this job never issued: judge it against the latest attempt (and record it).
         or services.latest_attempt(job)
     )
@@ -120,106 +233,178 @@ def _lease_from(job: Job, fields: dict) -> services.Lease:
         job_id=job.job_id,
         attempt_id=attempt.pk,
         attempt_number=attempt.number,
-        owner=fields["owner"],
-        token=token,
+        owner=body.owner,
+        token=body.fencing_token,
         expires_at=attempt.lease_expires_at or timezone.now(),
     )
 
 
-def _lease_write(request: HttpRequest, job_id: str, extra: dict[str, Field]):
+# -- endpoints ------------------------------------------------------------------------------------
+
+
+@api.post(
+    "/jobs",
+    operation_id="enqueueJob",
+    summary="Enqueue a job (idempotent on job_id)",
+    **answers(
+        {
+            201: (Job, "created by this request"),
+            200: (Job, "the same job was already enqueued; it is returned"),
+        },
+        400,
+        401,
+        403,
+        413,
+        415,
+        conflict=(
+            "job_conflict: this id names other work of yours (the message says which fields "
+            "differ); job_id_unavailable: the id is taken by work outside your token's scope"
+        ),
+        links={201: JOB_LINKS, 200: JOB_LINKS},
+    ),
+)
+def enqueue(request: HttpRequest, body: EnqueueRequest):
+    token = request.auth
+    if not token.allows(tenant=body.tenant, action=body.action):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"token {token.prefix}… may not act for tenant {body.tenant!r} and action {body.action!r}",
+        )
+    conflict = None
+    try:
+        job = services.enqueue_job(**body.model_dump(), actor=f"api:{token.name}")
+    except services.JobConflict as refused:
+        conflict = refused
+    if conflict is not None:
+        holder = models.Job.objects.filter(job_id=body.job_id).values("tenant", "action").get()
+        if not token.allows(**holder):  # say nothing of work this token cannot see
+            raise ApiError(409, "job_id_unavailable", "this job id is taken; choose another")
+        raise conflict
+    return Status(201 if job.created_now else 200, job_json(job))
+
+
+@api.get(
+    "/jobs/{job_id}",
+    operation_id="getJob",
+    summary="A job and its attempts",
+    **answers({200: (Job, "the job")}, 401, 404, links={200: {"claim": _link("claimJob")}}),
+)
+def job_detail(request: HttpRequest, job_id: JobIdInPath):
+    return job_json(_job_in_scope(request, job_id))
+
+
+@api.post(
+    "/jobs/{job_id}/claim",
+    operation_id="claimJob",
+    summary="Lease the job's queued attempt, with the next fencing token",
+    **answers(
+        {201: (Lease, "leased")},
+        *LEASE_ERRORS,
+        conflict=(
+            "claim_refused, with `reason`: duplicate_delivery, previous_attempt_unknown, "
+            "attempt_blocked, attempts_exhausted, not_claimable"
+        ),
+        links={201: LEASE_LINKS},
+    ),
+)
+def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
     job = _job_in_scope(request, job_id)
-    fields = validate(read_json_object(request), {**LEASE_FIELDS, **extra})
-    return job, _lease_from(job, fields), fields
+    lease = services.claim_job(job_id=job.job_id, worker=body.worker)
+    job.refresh_from_db()
+    return Status(201, lease_json(lease, job))
 
 
-# -- endpoints ----------------------------------------------------------------------------------
-
-
-@endpoint("POST")
-def jobs(request: HttpRequest) -> JsonResponse:
-    fields = validate(read_json_object(request), ENQUEUE_FIELDS)
-    require_scope(request.worker_token, tenant=fields["tenant"], action=fields["action"])
-    existing = Job.objects.filter(job_id=fields["job_id"]).first()
-    if existing and not request.worker_token.allows(tenant=existing.tenant, action=existing.action):
-        raise ApiError(409, "job_conflict", "this job id is already used by other work")
-    existed = existing is not None
-    job = services.enqueue_job(**fields, actor=f"api:{request.worker_token.name}")
-    return JsonResponse(job_json(job), status=200 if existed else 201)
-
-
-@endpoint("GET")
-def job_detail(request: HttpRequest, job_id: str) -> JsonResponse:
-    return JsonResponse(job_json(_job_in_scope(request, job_id)))
-
-
-@endpoint("POST")
-def claim(request: HttpRequest, job_id: str) -> JsonResponse:
+@api.post(
+    "/jobs/{job_id}/lease/renew",
+    operation_id="renewLease",
+    summary="Extend the lease while owner and token still match",
+    **answers({200: (Lease, "renewed")}, *LEASE_ERRORS, conflict=STALE, links={200: LEASE_LINKS}),
+)
+def renew(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
     job = _job_in_scope(request, job_id)
-    fields = validate(read_json_object(request), {"worker": Field(IDENTIFIER)})
-    lease = services.claim_job(job_id=job.job_id, worker=fields["worker"])
+    lease = services.renew_lease(lease=_lease_from(job, body))
     job.refresh_from_db()
-    return JsonResponse(lease_json(lease, job), status=201)
+    return lease_json(lease, job)
 
 
-@endpoint("POST")
-def renew(request: HttpRequest, job_id: str) -> JsonResponse:
-    job, lease, _ = _lease_write(request, job_id, {})
-    lease = services.renew_lease(lease=lease)
-    job.refresh_from_db()
-    return JsonResponse(lease_json(lease, job))
+@api.post(
+    "/jobs/{job_id}/lease/identity",
+    operation_id="verifyIdentity",
+    summary="Report the identity the worker really runs as; a mismatch blocks the attempt",
+    **answers(
+        {200: (Result, "verified")},
+        *LEASE_ERRORS,
+        conflict=STALE + "; identity_mismatch: the attempt is now blocked",
+        links={200: VERIFIED_LINKS},
+    ),
+)
+def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
+    job = _job_in_scope(request, job_id)
+    return _result(job.job_id, services.verify_identity(lease=_lease_from(job, body), observed=body.observed))
 
 
-@endpoint("POST")
-def identity(request: HttpRequest, job_id: str) -> JsonResponse:
-    job, lease, fields = _lease_write(request, job_id, {"observed": Field(json_object)})
-    return _result(job.job_id, services.verify_identity(lease=lease, observed=fields["observed"]))
+@api.post(
+    "/jobs/{job_id}/lease/begin",
+    operation_id="beginSideEffect",
+    summary="Mark the side effect submitted; only then call the provider",
+    **answers(
+        {200: (Result, "submitted")},
+        *LEASE_ERRORS,
+        conflict=STALE + "; invalid_transition: already begun, or identity not verified",
+        links={200: BEGUN_LINKS},
+    ),
+)
+def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
+    job = _job_in_scope(request, job_id)
+    return _result(job.job_id, services.begin_side_effect(lease=_lease_from(job, body)))
 
 
-@endpoint("POST")
-def begin(request: HttpRequest, job_id: str) -> JsonResponse:
-    job, lease, _ = _lease_write(request, job_id, {})
-    return _result(job.job_id, services.begin_side_effect(lease=lease))
-
-
-@endpoint("POST")
-def success(request: HttpRequest, job_id: str) -> JsonResponse:
-    extra = {
-        "result_ref": Field(text(500, allow_empty=True), required=False, default=""),
-        "evidence": EVIDENCE,
-    }
-    job, lease, fields = _lease_write(request, job_id, extra)
+@api.post(
+    "/jobs/{job_id}/lease/success",
+    operation_id="recordSuccess",
+    summary="The provider confirmed the effect",
+    **answers(
+        {200: (Result, "succeeded")},
+        *LEASE_ERRORS,
+        conflict=STALE + "; invalid_transition: nothing was begun",
+    ),
+)
+def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
+    job = _job_in_scope(request, job_id)
     attempt = services.record_success(
-        lease=lease, result_ref=fields["result_ref"], evidence=fields["evidence"]
+        lease=_lease_from(job, body), result_ref=body.result_ref, evidence=body.evidence
     )
     return _result(job.job_id, attempt)
 
 
-@endpoint("POST")
-def failure(request: HttpRequest, job_id: str) -> JsonResponse:
-    extra = {
-        "error": Field(text(2000)),
-        "retryable": Field(boolean, required=False, default=False),
-        "evidence": EVIDENCE,
-    }
-    job, lease, fields = _lease_write(request, job_id, extra)
+@api.post(
+    "/jobs/{job_id}/lease/failure",
+    operation_id="recordFailure",
+    summary="A definitive refusal: the provider proved nothing happened",
+    **answers({200: (Result, "failed")}, *LEASE_ERRORS, conflict=STALE),
+)
+def failure(request: HttpRequest, job_id: JobIdInPath, body: FailureRequest):
+    job = _job_in_scope(request, job_id)
     attempt = services.record_failure(
-        lease=lease, error=fields["error"], retryable=fields["retryable"], evidence=fields["evidence"]
+        lease=_lease_from(job, body), error=body.error, retryable=body.retryable, evidence=body.evidence
     )
     return _result(job.job_id, attempt)
 
 
-@endpoint("POST")
-def unknown(request: HttpRequest, job_id: str) -> JsonResponse:
-    job, lease, fields = _lease_write(request, job_id, {"reason": Field(text(2000)), "evidence": EVIDENCE})
-    attempt = services.record_unknown(lease=lease, reason=fields["reason"], evidence=fields["evidence"])
+@api.post(
+    "/jobs/{job_id}/lease/unknown",
+    operation_id="recordUnknown",
+    summary="The worker lost the ability to observe whether the effect happened",
+    **answers(
+        {200: (Result, "unknown: the job goes to reconciliation")},
+        *LEASE_ERRORS,
+        conflict=STALE + "; invalid_transition: nothing was begun",
+    ),
+)
+def unknown(request: HttpRequest, job_id: JobIdInPath, body: UnknownRequest):
+    job = _job_in_scope(request, job_id)
+    attempt = services.record_unknown(
+        lease=_lease_from(job, body), reason=body.reason, evidence=body.evidence
+    )
     return _result(job.job_id, attempt)
-
-
-@endpoint("GET", authenticated=False)
-def openapi(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(openapi_document(), json_dumps_params={"indent": 1})
-
-
-@endpoint("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", authenticated=False)
-def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
-    return error_response(404, "not_found", f"no API endpoint at {request.path}")

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     job_ids = [line.strip() for line in sys.stdin if line.strip()] if args.jobs == ["-"] else args.jobs
 
     client = Client(args.api, args.token)
-    waiting, forbidden, deliveries = list(dict.fromkeys(job_ids)), [], 0
+    waiting, unseen, deliveries = list(dict.fromkeys(job_ids)), [], 0
     give_up = time.monotonic() + args.deadline
     while waiting and time.monotonic() < give_up:
         still = []
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             try:
                 status = client.job(job_id)["status"]
-            except ReckonError as refused:  # not ours to see (403), gone (404), bad token (401)
+            except ReckonError as refused:  # no such job, or not ours to see (404); bad token (401)
                 print(json.dumps({"job_id": job_id, "outcome": outcome, "error": str(refused)}), flush=True)
-                forbidden.append(job_id)
+                unseen.append(job_id)
                 continue
             print(json.dumps({"job_id": job_id, "outcome": outcome, "status": status}), flush=True)
             if status in STILL_TO_RUN:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.poll)  # polling pace for jobs another worker holds
     if waiting:
         print(json.dumps({"gave_up_on": waiting}), flush=True)
-    return 1 if waiting or forbidden else 0
+    return 1 if waiting or unseen else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 from django.db import IntegrityError, transaction
 
 from ledger.actions import get_action
+from ledger.identifiers import InvalidIdentifier, validate_job_id
 from ledger.models import Job
 from ledger.services.errors import InvalidJob, JobConflict
 from ledger.services.transitions import Batch, snapshot
@@ -27,8 +28,13 @@ def enqueue_job(
     actor: str = "system",
     actor_type: str = ActorType.SYSTEM,
 ) -> Job:
-    """Create a job and its first attempt; idempotent on `job_id`."""
+    """Create a job and its first attempt; idempotent on `job_id`. The job returned says whether
+    this call created it (`created_now`): of many concurrent identical enqueues, exactly one did."""
     job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
+    try:
+        validate_job_id(job_id)
+    except InvalidIdentifier as exc:
+        raise InvalidJob(str(exc)) from None
     declared = get_action(action)  # raises UnknownAction with the list of known ones
     payload = json_object("payload", payload)
     identity = json_object("identity", identity or {})
@@ -52,6 +58,7 @@ def enqueue_job(
                 batch.record_event(job, attempt, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUED,
                                    before={}, after=snapshot(job, attempt))
                 batch.dispatch_run(job)
+            job.created_now = True
             return job
     except IntegrityError:
         pass  # the job exists (perhaps created concurrently): compare and return it
@@ -75,6 +82,7 @@ def enqueue_job(
         with Batch() as batch:
             batch.record_unchanged(job, None, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUE_REPEATED,
                                    note="the same job was enqueued again; the existing job is returned")
+    job.created_now = False
     return job
 
 

@@ -1,9 +1,10 @@
-"""Tenant × action × endpoint: a token reaches exactly the jobs its scope names."""
+"""Tenant × action × endpoint: a token reaches exactly the jobs its scope names, and a job
+outside its scope is, to that token, indistinguishable from a job that does not exist."""
 
 import pytest
 
 from ledger import services
-from tests.api.conftest import ApiClient, issue
+from tests.api.conftest import ApiClient, event_count, issue, ledger_state
 
 pytestmark = pytest.mark.django_db
 
@@ -68,19 +69,62 @@ def test_scope_matrix(scope, endpoint):
     method, path, body_of, ok = ENDPOINTS[endpoint]
     body = bodies.get(endpoint) or body_of(lease_of)
     answer = ApiClient(token).call(method, path, body)
-    expected = 401 if scope in ("no_token", "revoked") else ok if scope in ALLOWED else 403
+    refused = 403 if endpoint == "enqueue" else 404  # enqueue: the body's tenant; others: the job's
+    expected = 401 if scope in ("no_token", "revoked") else ok if scope in ALLOWED else refused
     assert answer.status == expected, answer.json
 
 
-def test_a_read_never_shows_another_tenants_job():
-    _leased("j")
-    answer = ApiClient(issue(["beta"], ["*"])).get("/api/v1/jobs/j")
-    assert answer.status == 403 and "payload" not in str(answer.json)
+@pytest.mark.parametrize("endpoint", [name for name in ENDPOINTS if name != "enqueue"])
+@pytest.mark.parametrize("scope", ["other_tenant", "other_action"])
+def test_a_job_outside_the_scope_answers_exactly_like_a_missing_one(scope, endpoint):
+    lease = _leased("j")
+    begun = _leased("begun")
+    services.begin_side_effect(lease=begun)
+    services.enqueue_job(job_id="fresh", tenant="acme", action="reckon.echo", payload={})
+    method, path, body_of, _ = ENDPOINTS[endpoint]
+    body = body_of({"owner": lease.owner, "fencing_token": lease.token}) or {
+        "owner": begun.owner,
+        "fencing_token": begun.token,
+        **({"reason": "lost"} if endpoint == "unknown" else {}),
+    }
+    client = ApiClient(issue(*SCOPES[scope], name=scope))
+    before, events = ledger_state(), event_count()
 
-
-def test_enqueueing_over_another_tenants_job_id_reveals_nothing():
-    _leased("j")
-    answer = ApiClient(issue(["beta"], ["*"])).post(
-        "/api/v1/jobs", {"job_id": "j", "tenant": "beta", "action": "reckon.echo", "payload": {}}
+    hidden = client.call(method, path, body)
+    missing = client.call(
+        method,
+        path.replace("/jobs/j", "/jobs/nope")
+        .replace("/jobs/begun", "/jobs/nope")
+        .replace("/jobs/fresh", "/jobs/nope"),
+        body,
     )
-    assert answer.status == 409 and "acme" not in str(answer.json)
+
+    assert hidden.status == missing.status == 404
+    assert hidden.json == missing.json == {"error": {"code": "not_found", "message": "no such job"}}
+    assert hidden.headers.keys() == missing.headers.keys()
+    assert ledger_state() == before and event_count() == events  # not even a refusal is recorded
+
+
+def test_enqueueing_over_another_tenants_job_id_says_only_that_it_is_taken():
+    services.enqueue_job(job_id="j", tenant="acme", action="reckon.echo", payload={"secret": "s3"})
+    services.enqueue_job(job_id="k", tenant="acme", action="mail.send", payload={"to": "x@acme"})
+    beta = ApiClient(issue(["beta"], ["*"]))
+    before, events = ledger_state(), event_count()
+
+    answers = [
+        beta.post("/api/v1/jobs", {"job_id": job_id, "tenant": "beta", "action": action, "payload": {}})
+        for job_id, action in (("j", "reckon.echo"), ("k", "reckon.echo"), ("j", "mail.send"))
+    ]
+
+    expected = {"error": {"code": "job_id_unavailable", "message": "this job id is taken; choose another"}}
+    assert [(a.status, a.json) for a in answers] == [(409, expected)] * 3  # the same, whoever holds it
+    assert ledger_state() == before and event_count() == events
+
+
+def test_a_same_scope_conflict_names_the_differing_fields():
+    services.enqueue_job(job_id="j", tenant="acme", action="reckon.echo", payload={"n": 1})
+    answer = ApiClient(issue(["acme"], ["*"])).post(
+        "/api/v1/jobs", {"job_id": "j", "tenant": "acme", "action": "reckon.echo", "payload": {"n": 2}}
+    )
+    assert answer.status == 409 and answer.json["error"]["code"] == "job_conflict"
+    assert "payload" in answer.json["error"]["message"]

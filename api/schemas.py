@@ -1,0 +1,228 @@
+"""The worker API's request and response schemas: what validates a request is what the OpenAPI
+document publishes, so a request the document allows is never refused for its shape.
+
+Requests are strict: no field the schema does not name, no type coercion ("1" is not 1), no
+trimming. Every refusal the server makes about a field is a constraint here (pattern, length,
+range, enum), and a pattern that refuses a value says its rule in words.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from ninja import Path, Schema
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic_core import PydanticCustomError
+
+from api import json_values
+from ledger.actions import registered_actions
+from ledger.identifiers import (
+    JOB_ID_MAX_LENGTH,
+    JOB_ID_SEGMENT_PATTERN,
+    NAME_MAX_LENGTH,
+    NAME_PATTERN,
+    NAME_RULE,
+)
+from ledger.states import Delivery, Execution, JobStatus, SideEffect
+
+MAX_BIGINT = 2**63 - 1
+# Printable ASCII, no space at either end: what a worker calls itself is shown and compared.
+WORKER_PATTERN = r"^[!-~](?:[ -~]*[!-~])?$"
+# Human text (an error, a reason): something besides whitespace, and no NUL.
+TEXT_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+# A provider's reference (a message id): one line, no control characters, may be empty.
+REFERENCE_PATTERN = r"^[^\u0000-\u001f\u007f]*$"
+JOB_ID_SEGMENT_RULE = (
+    f"a job id here is 1 to {JOB_ID_MAX_LENGTH} characters: ASCII letters, digits and . _ : @ -, "
+    "starting with a letter or digit, never '..' ('/' is not allowed: the API addresses a job "
+    "as one URL path segment)"
+)
+
+
+def _explained(rule: str) -> WrapValidator:
+    """Say the rule when a pattern refuses a value, rather than quote the regular expression."""
+
+    def explain(value, handler):
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            if exc.errors()[0]["type"] == "string_pattern_mismatch":
+                raise PydanticCustomError("string_pattern_mismatch", rule) from None
+            raise
+
+    return WrapValidator(explain)
+
+
+def string(max_length: int, pattern: str, rule: str, *, min_length: int = 1, description: str = ""):
+    """A string field; its rule is published with the pattern and given back when a value breaks it."""
+    return Annotated[
+        str,
+        Field(
+            min_length=min_length,
+            max_length=max_length,
+            pattern=pattern,
+            description=f"{description} Rule: {rule}.".strip(),
+        ),
+        _explained(rule),
+    ]
+
+
+def _integral(value):
+    """JSON Schema's integer is any number without a fraction: 2.0 and 2e0 are the integer 2."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+JobId = string(
+    JOB_ID_MAX_LENGTH,
+    JOB_ID_SEGMENT_PATTERN,
+    JOB_ID_SEGMENT_RULE,
+    description="The caller's id for the logical job; enqueueing it again is idempotent.",
+)
+JobIdInPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=JOB_ID_MAX_LENGTH,
+        pattern=JOB_ID_SEGMENT_PATTERN,
+        description="A job id; one that no job could have answers 404 like any unknown job.",
+    ),
+]
+Tenant = string(NAME_MAX_LENGTH, NAME_PATTERN, f"a tenant name is {NAME_RULE}")
+# The registry is complete once the apps are ready, which is before any URL is resolved.
+ActionName = Literal[tuple(action.name for action in registered_actions())]
+WorkerName = string(200, WORKER_PATTERN, "printable ASCII, with no space at either end")
+FencingToken = Annotated[
+    int,
+    Field(ge=1, le=MAX_BIGINT, description="The lease's fencing token, from the claim."),
+    BeforeValidator(_integral),
+]
+Text = string(2000, TEXT_PATTERN, "must contain something besides whitespace, and no NUL")
+Reference = string(500, REFERENCE_PATTERN, "one line, with no control characters", min_length=0)
+JsonObject = Annotated[
+    dict, AfterValidator(json_values.stored_object), json_values.DescribedBy(json_values.JsonObject)
+]
+
+
+class Request(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+class EnqueueRequest(Request):
+    job_id: JobId
+    tenant: Tenant
+    action: ActionName = Field(description="A registered action, e.g. mail.send.")
+    payload: JsonObject
+    identity: JsonObject = Field(
+        default_factory=dict, description="The identity the work must run as (profile, account)."
+    )
+
+
+class ClaimRequest(Request):
+    worker: WorkerName = Field(description="Who takes the lease; unique per delivery.")
+
+
+class LeaseRequest(Request):
+    owner: WorkerName = Field(description="The worker that holds the lease, as given when claiming.")
+    fencing_token: FencingToken
+
+
+class IdentityRequest(LeaseRequest):
+    observed: JsonObject = Field(description="The identity the worker really runs as.")
+
+
+class SuccessRequest(LeaseRequest):
+    result_ref: Reference = Field(
+        default="", description="The provider's reference for the effect (a message id)."
+    )
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
+
+
+class FailureRequest(LeaseRequest):
+    error: Text = Field(description="Why the provider refused.")
+    retryable: bool = Field(default=False, description="Queue the next attempt.")
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
+
+
+class UnknownRequest(LeaseRequest):
+    reason: Text = Field(description="Why the worker cannot tell whether the effect happened.")
+    evidence: JsonObject = Field(
+        default_factory=dict, description="What the worker saw, kept with the event."
+    )
+
+
+# -- responses ----------------------------------------------------------------------------------
+
+DeliveryState = Literal[tuple(Delivery.values)]
+ExecutionState = Literal[tuple(Execution.values)]
+SideEffectState = Literal[tuple(SideEffect.values)]
+Status = Literal[tuple(JobStatus.values)]
+
+
+class Attempt(Schema):
+    number: int
+    delivery: DeliveryState
+    execution: ExecutionState
+    side_effect: SideEffectState
+    lease_owner: str
+    fencing_token: int | None
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    observed_identity: dict | None
+    result_ref: str
+    error: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class LeasedJob(Schema):
+    job_id: str
+    tenant: str
+    action: str
+    payload: dict
+    identity: dict
+    idempotency_key: str = Field(description="Send it on every provider call.")
+    status: Status
+    created_at: datetime
+    updated_at: datetime
+
+
+class Job(LeasedJob):
+    attempts: list[Attempt]
+
+
+class Lease(Schema):
+    job_id: str
+    attempt: int
+    owner: str
+    fencing_token: int
+    expires_at: datetime
+    job: LeasedJob
+
+
+class Result(Schema):
+    job_id: str
+    status: Status
+    attempt: Attempt
+
+
+class ErrorDetail(Schema):
+    code: str = Field(description="Stable and machine-readable, e.g. stale_lease.")
+    message: str
+    reason: str | None = Field(default=None, description="Why a claim was refused (409 claim_refused).")
+    fields: dict[str, str] | None = Field(default=None, description="What is wrong with each field (400).")
+
+
+class Error(Schema):
+    error: ErrorDetail
