@@ -60,6 +60,22 @@ class Executor(Protocol):
 
 
 @dataclass(frozen=True)
+class Webhook:
+    """A reconciler that is an HTTP endpoint of the team's own (reconciliation/webhooks.py asks it).
+
+    `secret_variables` names the environment variables holding the signing secrets, the current
+    one first; during a rotation both the new and the old one are set and every request carries a
+    signature by each, so the receiver can verify with whichever it knows."""
+
+    url: str
+    secret_variables: tuple[str, ...]
+    timeout: float = 5.0
+
+    def __str__(self) -> str:
+        return f"webhook {self.url}"
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
     # Runs the side effect in a django-q2 worker; None: an external action, run by workers over HTTP.
@@ -68,9 +84,9 @@ class Action:
     queryable: bool = False
     max_attempts: int = 3
     lease_ttl: timedelta = timedelta(seconds=30)
-    # Dotted path of the reconciler (a function of the job and the attempt returning a Finding);
-    # None: every unknown attempt goes to a person.
-    reconciler: str | None = None
+    # The reconciler: the dotted path of a function of the job and the attempt returning a
+    # Finding, or a Webhook; None: every unknown attempt goes to a person.
+    reconciler: str | Webhook | None = None
     # Reads the identity the worker actually runs as (profile, account); None: no binding.
     observe_identity: Callable[[Job], dict] | None = None
     # The identity fields a job of this action must be bound to (checked before any side effect).

@@ -14,12 +14,20 @@ exists). Each table under `actions` declares one action:
     runbook_url = "https://wiki.example.com/charges"
     replay = "approval"                            # "automatic" (reversible actions only) or "approval"
 
+A webhook reconciler is an endpoint of the team's own that Reckon asks, signed:
+
+    reconciler = "webhook"
+    webhook_url = "https://agents.example.com/reckon/reconcile"
+    webhook_secrets = ["CHARGES_WEBHOOK_SECRET", "CHARGES_WEBHOOK_SECRET_OLD"]  # variable names, current first
+    webhook_timeout = 5                            # seconds
+
 A bad declaration stops start-up (and `manage.py check`) with one message naming the file and
 the action.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,7 +36,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ledger.actions import Action, declared_action, register
+from ledger.actions import Action, Webhook, declared_action, register
 
 # key -> (expected types, required)
 KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -41,9 +49,15 @@ KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "identity": ((list,), False),
     "runbook_url": ((str,), False),
     "replay": ((str,), False),
+    "webhook_url": ((str,), False),
+    "webhook_secrets": ((list,), False),
+    "webhook_timeout": ((int, float), False),
 }
-# Reconcilers that arrive with webhook and pull-mode reconciliation.
-NOT_YET = ("webhook", "external")
+WEBHOOK_KEYS = ("webhook_url", "webhook_secrets", "webhook_timeout")
+# A signing secret shorter than this is refused (HMAC-SHA256 wants at least 128 bits of it).
+WEBHOOK_SECRET_MIN_LENGTH = 32
+# Pull-mode reconciliation arrives later.
+NOT_YET = ("external",)
 
 
 class DeclarationError(ImproperlyConfigured):
@@ -104,7 +118,7 @@ def parse_action(name: str, table, *, source: str) -> Action:
     reversible = table["reversible"]
     queryable = table.get("queryable", False)
     executor = _executor(table["executor"], refuse)
-    reconciler = _reconciler(table.get("reconciler", "none"), refuse)
+    reconciler = _reconciler(table, refuse)
     if queryable and reconciler is None:
         raise refuse('queryable = true needs a reconciler ("python:dotted.path") to ask the provider')
     if reconciler is not None and not queryable:
@@ -142,13 +156,38 @@ def _executor(value: str, refuse: Callable[[str], Exception]):
     return function
 
 
-def _reconciler(value: str, refuse: Callable[[str], Exception]) -> str | None:
+def _reconciler(table: dict, refuse: Callable[[str], Exception]) -> str | Webhook | None:
+    value = table.get("reconciler", "none")
+    given = [key for key in WEBHOOK_KEYS if key in table]
+    if value == "webhook":
+        return _webhook(table, refuse)
+    if given:
+        raise refuse(f"{', '.join(given)} belong to a webhook reconciler; this one is {value!r}")
     if value == "none":
         return None
     if value in NOT_YET:
         raise refuse(f'reconciler "{value}" is not available in this version; use "python:dotted.path" or "none"')
     _python(value, "reconciler", refuse)
     return value.removeprefix("python:")
+
+
+def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
+    url = table.get("webhook_url", "")
+    if not url.startswith(("https://", "http://")):
+        raise refuse("a webhook reconciler needs webhook_url, an http(s) URL")
+    names = table.get("webhook_secrets", [])
+    if not names or len(names) > 2 or not all(isinstance(name, str) and name for name in names):
+        raise refuse("a webhook reconciler needs webhook_secrets: the names of one or two environment variables "
+                     "holding its signing secret (current first, the previous one during a rotation)")
+    for name in names:
+        secret = os.environ.get(name, "")
+        if len(secret) < WEBHOOK_SECRET_MIN_LENGTH:
+            state = "is not set" if not secret else f"holds fewer than {WEBHOOK_SECRET_MIN_LENGTH} characters"
+            raise refuse(f"webhook secret variable {name} {state}")
+    timeout = table.get("webhook_timeout", 5)
+    if not 0 < timeout <= 30:
+        raise refuse("webhook_timeout must be more than 0 and at most 30 seconds")
+    return Webhook(url=url, secret_variables=tuple(names), timeout=float(timeout))
 
 
 def _python(value: str, key: str, refuse: Callable[[str], Exception]):

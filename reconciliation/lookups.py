@@ -1,7 +1,7 @@
 """Looking unknown work up at its provider: with no lock held and no open transaction.
 
-A reconciler (the action's `reconciler`, a dotted path) takes the job and the attempt in
-question and returns a `Finding`. Lookups run a few at a time (`Lookups`), so a slow provider
+A reconciler (the action's `reconciler`: a dotted path, or a webhook — reconciliation/webhooks.py)
+takes the job and the attempt in question and returns a `Finding`. Lookups run a few at a time (`Lookups`), so a slow provider
 never holds a row lock against workers or operators; what a reconciler needs from the ledger is
 read beforehand.
 """
@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from ledger.actions import Webhook
 from ledger.models import Attempt, Job
 from reconciliation.models import CheckOutcome
 
@@ -41,18 +42,23 @@ class Look:
     duration_ms: int = 0
 
 
-def look_up(job: Job, attempt: Attempt, reconciler: str) -> Look:
+def look_up(job: Job, attempt: Attempt, reconciler: str | Webhook) -> Look:
     """Ask the provider (no lock, no transaction) and say what that proves."""
     started = time.monotonic()
     try:
-        finding = import_string(reconciler)(job, attempt)
+        if isinstance(reconciler, Webhook):
+            from reconciliation.webhooks import ask
+
+            finding = ask(reconciler, job, attempt)
+        else:
+            finding = import_string(reconciler)(job, attempt)
     except Exception as exc:  # a broken reconciler proves nothing either
         finding = Finding(CheckOutcome.UNAVAILABLE, f"reconciler raised {type(exc).__name__}: {exc}")
     if finding.outcome == CheckOutcome.NOT_FOUND and not finding.reason.strip():
         # "Not found" must say why a replay is safe; a lookup that cannot say so proves nothing.
         finding = Finding(CheckOutcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
                           evidence=finding.evidence)
-    return Look(job, attempt, reconciler, finding, int((time.monotonic() - started) * 1000))
+    return Look(job, attempt, str(reconciler)[:200], finding, int((time.monotonic() - started) * 1000))
 
 
 def default_concurrency() -> int:

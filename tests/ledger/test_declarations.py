@@ -75,8 +75,17 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     ('executor = "external"\nreversible = true\nqueryable = true', "queryable = true needs a reconciler"),
     ('executor = "external"\nreversible = true\nreconciler = "python:reconciliation.reconcilers.mail"',
      "a reconciler is declared but queryable = false"),
-    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"',
-     'reconciler "webhook" is not available in this version'),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "external"',
+     'reconciler "external" is not available in this version'),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
+     'webhook_url = "https://h.example.com/r"', "a webhook reconciler needs webhook_secrets"),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
+     'webhook_url = "https://h.example.com/r"\nwebhook_secrets = ["NO_SUCH_SECRET_VARIABLE"]',
+     "webhook secret variable NO_SUCH_SECRET_VARIABLE is not set"),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
+     'webhook_secrets = ["HOME"]', "a webhook reconciler needs webhook_url"),
+    ('executor = "external"\nreversible = true\nwebhook_url = "https://h.example.com/r"',
+     "webhook_url belong to a webhook reconciler; this one is 'none'"),
     ('executor = "external"\nreversible = false\nreplay = "automatic"',
      "an irreversible action cannot be replayed automatically"),
     ('executor = "external"\nreversible = true\nidentity = ["a", "a"]', "identity must be a list of distinct"),
@@ -148,3 +157,15 @@ def test_the_actions_command_lists_where_each_action_was_declared(declared, caps
     charge = next(line for line in out.splitlines() if line.startswith("test.charge"))
     assert "external (HTTP)" in charge and "no: replay needs approval" in charge and "actions.toml" in charge
     assert "reckon.echo" in out and "module ledger.actions" in out
+
+
+def test_the_example_actions_file_declares_what_the_readme_says(monkeypatch):
+    monkeypatch.setenv("CHARGES_WEBHOOK_SECRET", "c" * 40)
+    try:
+        charge, render = load_actions_file(ROOT / "examples" / "actions.toml", required=True)
+        assert (charge.name, charge.external, charge.reversible, str(charge.reconciler)) == (
+            "billing.charge", True, False, "webhook http://127.0.0.1:9000/reckon/reconcile")
+        assert (render.name, render.external, render.reconciler) == ("reports.render", False, None)
+    finally:
+        _registry.pop("billing.charge", None)
+        _registry.pop("reports.render", None)

@@ -16,7 +16,7 @@ class Command(BaseCommand):
                 "yes" if action.queryable else "no",
                 str(action.max_attempts),
                 f"{action.lease_ttl.total_seconds():g} s",
-                action.reconciler or "none: unknowns go to a person",
+                str(action.reconciler or "none: unknowns go to a person"),
                 action.source or "built in",
             ))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

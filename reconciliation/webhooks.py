@@ -1,0 +1,134 @@
+"""Webhook reconcilers: Reckon asks a team's own endpoint what happened to an unknown attempt.
+
+The request is a signed JSON POST:
+
+    {job_id, tenant, action, idempotency_key, marker, payload, attempt, evidence_so_far}
+
+with the header `Reckon-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`, where each v1 is
+HMAC-SHA256(secret, "<t>." + the exact body) for one of the action's secrets (two during a
+rotation). A receiver checks it with `verify_signature` (also in the Python client) and refuses
+requests older than five minutes.
+
+The answer must be a JSON object `{outcome: confirmed|not_found|conflict, evidence, reason,
+result_ref}`. Anything else — a timeout, a 5xx, invalid JSON, an unknown outcome, and (as for
+every reconciler) `not_found` without a reason — proves nothing: `unavailable`, with the usual
+back-off. The check row records the request and the answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import time
+from urllib.parse import urlsplit
+
+from ledger.actions import Webhook
+from ledger.models import Attempt, Job
+from reconciliation.lookups import Finding
+from reconciliation.models import CheckOutcome
+
+SIGNATURE_HEADER = "Reckon-Signature"
+TOLERANCE_S = 300
+ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT)
+# How much of an answer that is not JSON the check keeps.
+RAW_ANSWER_LIMIT = 2000
+
+
+class SignatureError(ValueError):
+    """A webhook request whose signature does not hold: refuse it."""
+
+
+def sign(body: bytes, secrets: list[str], *, at: int | None = None) -> str:
+    """The signature header's value for `body`, one v1 per secret."""
+    at = int(time.time()) if at is None else at
+    signed = f"{at}.".encode() + body
+    return ",".join([f"t={at}"] + [f"v1={hmac.new(s.encode(), signed, hashlib.sha256).hexdigest()}" for s in secrets])
+
+
+def verify_signature(body: bytes, header: str, secrets: list[str], *, tolerance: int = TOLERANCE_S,
+                     now: float | None = None) -> None:
+    """Raise SignatureError unless `header` signs `body` with one of `secrets`, at most `tolerance`
+    seconds ago (or ahead: clocks drift)."""
+    parts = [part.strip().partition("=") for part in (header or "").split(",")]
+    stamps = [value for key, _, value in parts if key == "t"]
+    signatures = [value for key, _, value in parts if key == "v1"]
+    if len(stamps) != 1 or not stamps[0].isdigit() or not signatures:
+        raise SignatureError(f"malformed {SIGNATURE_HEADER} header")
+    at = int(stamps[0])
+    now = time.time() if now is None else now
+    if abs(now - at) > tolerance:
+        raise SignatureError(f"signed {now - at:.0f} s ago: older than {tolerance} s (a replay?)")
+    signed = f"{at}.".encode() + body
+    expected = [hmac.new(s.encode(), signed, hashlib.sha256).hexdigest() for s in secrets if s]
+    if not any(hmac.compare_digest(e, given) for e in expected for given in signatures):
+        raise SignatureError("no signature matches a known secret")
+
+
+def request_body(job: Job, attempt: Attempt) -> dict:
+    """What the receiver is told: the job, the attempt in question, and what we know so far."""
+    from reconciliation.reconcilers import REPORTED
+
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "action": job.action,
+        "idempotency_key": job.idempotency_key,
+        "marker": job.idempotency_key,
+        "payload": job.payload,
+        "attempt": {"number": attempt.number, **attempt.states, "error": attempt.error,
+                    "result_ref": attempt.result_ref},
+        "evidence_so_far": {"provider_answers": getattr(attempt, REPORTED, None) or []},
+    }
+
+
+def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
+    """POST the signed question and read the answer (no database: this runs in a lookup thread)."""
+    question = request_body(job, attempt)
+    body = json.dumps(question, separators=(",", ":"), sort_keys=True).encode()
+    secrets = [os.environ.get(name, "") for name in webhook.secret_variables]
+    record = {"url": webhook.url, "request": question}
+    try:
+        status, raw = _post(webhook, body, sign(body, [s for s in secrets if s]))
+    except OSError as exc:
+        return _unavailable(f"webhook {webhook.url} did not answer: {type(exc).__name__}: {exc}", record)
+    except http.client.HTTPException as exc:
+        return _unavailable(f"webhook {webhook.url} answered badly: {type(exc).__name__}: {exc}", record)
+    record["status"] = status
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        record["answer_text"] = raw[:RAW_ANSWER_LIMIT].decode(errors="replace")
+        return _unavailable(f"webhook answered {status} with a body that is not JSON", record)
+    record["answer"] = answer
+    if not 200 <= status < 300:
+        return _unavailable(f"webhook answered {status}", record)
+    if not isinstance(answer, dict) or answer.get("outcome") not in ANSWERS:
+        outcome = answer.get("outcome") if isinstance(answer, dict) else answer
+        return _unavailable(f"webhook answered an unknown outcome {outcome!r:.80} "
+                            f"(expected one of {', '.join(ANSWERS)})", record)
+    reason, evidence, result_ref = answer.get("reason", ""), answer.get("evidence", {}), answer.get("result_ref", "")
+    if not isinstance(reason, str) or not isinstance(result_ref, str) or not isinstance(evidence, dict):
+        return _unavailable("webhook answer: reason and result_ref must be strings, evidence an object", record)
+    return Finding(answer["outcome"], reason, {**evidence, "webhook": record}, result_ref=result_ref)
+
+
+def _unavailable(reason: str, record: dict) -> Finding:
+    return Finding(CheckOutcome.UNAVAILABLE, reason, {"webhook": record})
+
+
+def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes]:
+    parts = urlsplit(webhook.url)
+    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_class(parts.hostname, parts.port, timeout=webhook.timeout)
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request("POST", path, body=body, headers={
+            "Content-Type": "application/json", SIGNATURE_HEADER: signature, "User-Agent": "reckon-reconciler",
+        })
+        response = connection.getresponse()
+        return response.status, response.read(1024 * 1024)
+    finally:
+        connection.close()
