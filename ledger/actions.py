@@ -76,6 +76,17 @@ class Webhook:
 
 
 @dataclass(frozen=True)
+class PullReconciler:
+    """Reconciled by the team's own agents, which claim unknown work over the API
+    (`POST /api/v1/reconciliations/claim`) and answer under a short reconciliation lease."""
+
+    lease: timedelta = timedelta(seconds=60)
+
+    def __str__(self) -> str:
+        return "external (pull)"
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
     # Runs the side effect in a django-q2 worker; None: an external action, run by workers over HTTP.
@@ -85,8 +96,8 @@ class Action:
     max_attempts: int = 3
     lease_ttl: timedelta = timedelta(seconds=30)
     # The reconciler: the dotted path of a function of the job and the attempt returning a
-    # Finding, or a Webhook; None: every unknown attempt goes to a person.
-    reconciler: str | Webhook | None = None
+    # Finding, a Webhook, or a PullReconciler (agents pull the work); None: a person decides.
+    reconciler: str | Webhook | PullReconciler | None = None
     # Reads the identity the worker actually runs as (profile, account); None: no binding.
     observe_identity: Callable[[Job], dict] | None = None
     # The identity fields a job of this action must be bound to (checked before any side effect).
@@ -159,6 +170,11 @@ def declared_action(name: str) -> Action | None:
 
 def registered_actions() -> list[Action]:
     return sorted(_registry.values(), key=lambda a: a.name)
+
+
+def pull_reconciled_actions() -> list[str]:
+    """The actions whose unknown work agents pull; Reckon's own reconciler leaves them alone."""
+    return sorted(a.name for a in _registry.values() if isinstance(a.reconciler, PullReconciler))
 
 
 def action(

@@ -7,7 +7,7 @@ exists). Each table under `actions` declares one action:
     executor = "external"                          # or "python:myapp.actions.charge"
     reversible = false                             # a replay of an irreversible action needs approval
     queryable = true                               # its provider can be asked what happened
-    reconciler = "python:myapp.reconcilers.charge" # or "none": every unknown goes to a person
+    reconciler = "python:myapp.reconcilers.charge" # or "webhook", "external" (agents pull), "none"
     max_attempts = 3
     lease_ttl = 30                                 # seconds
     identity = ["account"]                         # binding fields checked before any side effect
@@ -20,6 +20,9 @@ A webhook reconciler is an endpoint of the team's own that Reckon asks, signed:
     webhook_url = "https://agents.example.com/reckon/reconcile"
     webhook_secrets = ["CHARGES_WEBHOOK_SECRET", "CHARGES_WEBHOOK_SECRET_OLD"]  # variable names, current first
     webhook_timeout = 5                            # seconds
+
+A pull-mode reconciler (`reconciler = "external"`) is the team's agents, which claim unknown work
+over the API and answer within `reconciliation_lease` seconds (60 by default).
 
 A bad declaration stops start-up (and `manage.py check`) with one message naming the file and
 the action.
@@ -36,7 +39,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ledger.actions import Action, Webhook, declared_action, register
+from ledger.actions import Action, PullReconciler, Webhook, declared_action, register
 
 # key -> (expected types, required)
 KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -52,12 +55,13 @@ KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "webhook_url": ((str,), False),
     "webhook_secrets": ((list,), False),
     "webhook_timeout": ((int, float), False),
+    "reconciliation_lease": ((int, float), False),
 }
 WEBHOOK_KEYS = ("webhook_url", "webhook_secrets", "webhook_timeout")
 # A signing secret shorter than this is refused (HMAC-SHA256 wants at least 128 bits of it).
 WEBHOOK_SECRET_MIN_LENGTH = 32
-# Pull-mode reconciliation arrives later.
-NOT_YET = ("external",)
+# How long a pull-mode agent may take to answer, by default (seconds).
+DEFAULT_RECONCILIATION_LEASE = 60
 
 
 class DeclarationError(ImproperlyConfigured):
@@ -156,17 +160,24 @@ def _executor(value: str, refuse: Callable[[str], Exception]):
     return function
 
 
-def _reconciler(table: dict, refuse: Callable[[str], Exception]) -> str | Webhook | None:
+def _reconciler(table: dict, refuse: Callable[[str], Exception]) -> str | Webhook | PullReconciler | None:
     value = table.get("reconciler", "none")
     given = [key for key in WEBHOOK_KEYS if key in table]
     if value == "webhook":
         return _webhook(table, refuse)
     if given:
         raise refuse(f"{', '.join(given)} belong to a webhook reconciler; this one is {value!r}")
+    lease = table.get("reconciliation_lease")
+    if value == "external":
+        lease = DEFAULT_RECONCILIATION_LEASE if lease is None else lease
+        if not 0 < lease <= 3600:
+            raise refuse("reconciliation_lease must be more than 0 and at most 3600 seconds")
+        return PullReconciler(lease=timedelta(seconds=lease))
+    if lease is not None:
+        raise refuse(f'reconciliation_lease belongs to a pull-mode reconciler (reconciler = "external"); '
+                     f"this one is {value!r}")
     if value == "none":
         return None
-    if value in NOT_YET:
-        raise refuse(f'reconciler "{value}" is not available in this version; use "python:dotted.path" or "none"')
     _python(value, "reconciler", refuse)
     return value.removeprefix("python:")
 
@@ -192,7 +203,8 @@ def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
 
 def _python(value: str, key: str, refuse: Callable[[str], Exception]):
     if not value.startswith("python:") or not value.removeprefix("python:"):
-        choices = '"external" or "python:dotted.path"' if key == "executor" else '"python:dotted.path" or "none"'
+        choices = ('"external" or "python:dotted.path"' if key == "executor"
+                   else '"python:dotted.path", "webhook", "external" or "none"')
         raise refuse(f"{key} must be {choices}, got {value!r}")
     path = value.removeprefix("python:")
     try:

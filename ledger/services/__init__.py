@@ -39,6 +39,7 @@ from ledger.services.transitions import (
     latest_attempts,
     lock_job,
     lock_jobs,
+    record_refusal,
     snapshot,
     trigger_reconciliation,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "lock_job",
     "lock_jobs",
     "record_failure",
+    "record_refusal",
     "record_success",
     "record_unknown",
     "release_gated_jobs",

@@ -307,15 +307,24 @@ def record_refusal(job: Job, attempt: Attempt | None, **event) -> LedgerEvent:
 # -- the reconciler's claim --------------------------------------------------------------------
 
 
-def claim_for_reconciliation(*, limit: int) -> list[Job]:
-    """Mark up to `limit` jobs due for reconciliation as claimed by this pass, in one statement
-    (`UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)`): their next look moves out by the claim
-    TTL, so no other pass takes them and a crashed pass's claim simply runs out. Returns the jobs,
-    most overdue first, each with `was_due` (its schedule before the claim)."""
-    due = Job.objects.due_for_reconciliation(ClockTimestamp()).values("pk", "next_check_at")[:limit]
+def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), tenants=None,
+                             hold: timedelta | None = None) -> list[Job]:
+    """Mark up to `limit` jobs due for reconciliation as claimed, in one statement
+    (`UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)`): their next look moves out by `hold`
+    (the claim TTL by default), so no other pass or agent takes them and a crashed one's claim
+    simply runs out. Only `actions` (when given) and not `exclude_actions`, only `tenants` (when
+    given). Returns the jobs, most overdue first, each with `was_due` (its schedule before the claim)."""
+    due = Job.objects.due_for_reconciliation(ClockTimestamp())
+    if actions is not None:
+        due = due.filter(action__in=list(actions))
+    if exclude_actions:
+        due = due.exclude(action__in=list(exclude_actions))
+    if tenants is not None:
+        due = due.filter(tenant__in=list(tenants))
+    due = due.values("pk", "next_check_at")[:limit]
     select, params = due.query.sql_with_params()
     table = connection.ops.quote_name(Job._meta.db_table)
-    hold = timedelta(seconds=settings.RECKON_RECONCILE_CLAIM_TTL)
+    hold = hold if hold is not None else timedelta(seconds=settings.RECKON_RECONCILE_CLAIM_TTL)
     jobs = list(
         Job.objects.raw(
             f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "  # nosec B608  # the table from the model, the subquery from the ORM with its parameters bound

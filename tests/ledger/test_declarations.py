@@ -75,8 +75,12 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     ('executor = "external"\nreversible = true\nqueryable = true', "queryable = true needs a reconciler"),
     ('executor = "external"\nreversible = true\nreconciler = "python:reconciliation.reconcilers.mail"',
      "a reconciler is declared but queryable = false"),
-    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "external"',
-     'reconciler "external" is not available in this version'),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "external"\n'
+     'reconciliation_lease = 0', "reconciliation_lease must be more than 0"),
+    ('executor = "external"\nreversible = true\nreconciliation_lease = 30',
+     "reconciliation_lease belongs to a pull-mode reconciler"),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "carrier-pigeon"',
+     'reconciler must be "python:dotted.path", "webhook", "external" or "none"'),
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
      'webhook_url = "https://h.example.com/r"', "a webhook reconciler needs webhook_secrets"),
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'

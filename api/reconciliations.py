@@ -1,0 +1,116 @@
+"""Pull-mode reconciliation over the API: an agent claims unknown work of its actions and answers.
+
+    POST /api/v1/reconciliations/claim            {agent, actions?, tenants?} -> 201 or 204
+    POST /api/v1/reconciliations/{id}/outcome     {agent, outcome, reason, evidence, result_ref}
+
+The rules are `reconciliation.pulling`'s (and every reconciler's): an answer after the lease moved
+on is refused with 409 and recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Path, Schema
+from ninja.responses import Status
+from pydantic import Field
+
+from api.http import ApiError
+from api.models import ALL
+from api.schemas import ActionName, Attempt, JsonObject, LeasedJob, Reference, Request, Tenant, WorkerName
+from api.views import answers, api, attempt_json, job_json
+from reconciliation import pulling
+
+ReconciliationId = Annotated[
+    str, Path(min_length=7, max_length=100, pattern=r"^[0-9]{1,18}-[0-9]{1,18}-[0-9]{1,10}-[0-9]{1,20}$",
+              description="The reconciliation lease, as the claim returned it.")
+]
+
+
+class ReconciliationClaimRequest(Request):
+    agent: WorkerName = Field(description="Who looks the effects up; recorded with each answer.")
+    actions: list[ActionName] | None = Field(default=None, description="Only these actions (in the token's scope).")
+    tenants: list[Tenant] | None = Field(default=None, description="Only these tenants (in the token's scope).")
+
+
+class Reconciliation(Schema):
+    reconciliation_id: str = Field(description="Name it when answering.")
+    lease_expires_at: datetime = Field(description="Answer before this; later, another agent may take the job.")
+    job: LeasedJob
+    attempt: Attempt
+    evidence_so_far: dict = Field(description="What the provider answered the worker, as recorded.")
+
+
+class OutcomeRequest(Request):
+    agent: WorkerName
+    outcome: Literal["confirmed", "not_found", "conflict", "unavailable"] = Field(
+        description="confirmed: the effect happened; not_found: it did not (say why in reason); conflict: "
+                    "something else is there; unavailable: the provider could not tell (looked again later)."
+    )
+    reason: str = Field(default="", max_length=2000, description="Required for not_found: why a replay is safe.")
+    evidence: JsonObject = Field(default_factory=dict, description="What the provider said, kept with the check.")
+    result_ref: Reference = Field(default="", description="The provider's reference for the effect, if confirmed.")
+
+
+class Applied(Schema):
+    job_id: str
+    outcome: str
+    applied: str = Field(description="What the ledger did: succeeded, replayed, awaiting_approval, escalated, "
+                                     "retry in N s, needs_operator.")
+    note: str
+
+
+def _within(requested: list[str] | None, allowed: list[str]) -> list[str] | None:
+    """What to claim from: the request's filter within the token's scope (None: everything)."""
+    if ALL in allowed:
+        return requested
+    return [name for name in (requested if requested is not None else allowed) if name in allowed]
+
+
+@api.post(
+    "/reconciliations/claim",
+    operation_id="claimReconciliation",
+    summary="Claim the most overdue unknown job your agents reconcile (pull mode)",
+    **answers({201: (Reconciliation, "claimed, with a reconciliation lease"),
+               204: (None, "nothing is due in scope")}, 400, 401, 413, 415),
+)
+def claim(request: HttpRequest, body: ReconciliationClaimRequest):
+    token = request.auth
+    claimed = pulling.claim_reconciliation(
+        allows=token.allows, actions=_within(body.actions, token.actions), tenants=_within(body.tenants, token.tenants),
+    )
+    if claimed is None:
+        return HttpResponse(status=204)
+    return Status(201, {
+        "reconciliation_id": claimed.token,
+        "lease_expires_at": claimed.expires_at,
+        "job": job_json(claimed.job, attempts=False),
+        "attempt": attempt_json(claimed.attempt),
+        "evidence_so_far": claimed.evidence_so_far,
+    })
+
+
+@api.post(
+    "/reconciliations/{reconciliation_id}/outcome",
+    operation_id="answerReconciliation",
+    summary="What the provider says happened to the unknown attempt",
+    **answers({200: (Applied, "applied under the same rules as every reconciler")}, 400, 401, 404, 413, 415,
+              conflict="answer_refused: the reconciliation lease moved on (nothing changed; the refusal is recorded)"),
+)
+def answer(request: HttpRequest, reconciliation_id: ReconciliationId, body: OutcomeRequest):
+    from ledger.models import Job
+
+    job_pk = int(reconciliation_id.split("-")[0])
+    job = Job.objects.filter(pk=job_pk).only("tenant", "action").first()
+    if job is None or not request.auth.allows(tenant=job.tenant, action=job.action):
+        raise ApiError(404, "not_found", "no such reconciliation")
+    try:
+        decision = pulling.answer_reconciliation(
+            token=reconciliation_id, agent=body.agent, outcome=body.outcome, reason=body.reason,
+            evidence=body.evidence, result_ref=body.result_ref,
+        )
+    except pulling.AnswerRefused as refused:
+        raise ApiError(409, "answer_refused", str(refused)) from None
+    return {"job_id": decision.job_id, "outcome": decision.outcome, "applied": decision.applied, "note": decision.note}

@@ -1,0 +1,142 @@
+"""Pull-mode reconciliation over the API: agents claim unknown work of their actions and answer."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from approvals.models import ApprovalRequest
+from ledger.actions import _registry
+from ledger.declarations import load_actions_file
+from ledger.models import Job, LedgerEvent
+from reconciliation.models import ReconciliationCheck
+from reconciliation.passes import reconcile_until_idle
+from tests.api.conftest import ApiClient, issue
+from tests.conftest import latest_attempt
+from tests.reconciliation.helpers import assert_ledger_clean, unknown_job
+
+pytestmark = pytest.mark.django_db
+
+CLAIM = "/api/v1/reconciliations/claim"
+PAYLOAD = {"amount_cents": 100}
+
+
+@pytest.fixture
+def pull_actions(tmp_path):
+    path = tmp_path / "actions.toml"
+    path.write_text("""
+[actions."pull.refund"]
+executor = "external"
+reversible = true
+queryable = true
+reconciler = "external"
+reconciliation_lease = 30
+
+[actions."pull.wire"]
+executor = "external"
+reversible = false
+queryable = true
+reconciler = "external"
+""")
+    load_actions_file(path, required=True)
+    yield
+    _registry.pop("pull.refund")
+    _registry.pop("pull.wire")
+
+
+def _outcome(api: ApiClient, claimed: dict, **answer):
+    return api.post(f"/api/v1/reconciliations/{claimed['reconciliation_id']}/outcome",
+                    {"agent": "agent-1", **answer})
+
+
+def test_an_agent_claims_unknown_work_and_its_answer_closes_the_job(api, pull_actions):
+    unknown_job("r1", "pull.refund", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"})
+    assert claimed.status == 201
+    assert claimed.json["job"]["job_id"] == "r1" and claimed.json["attempt"]["execution"] == "unknown"
+    assert api.post(CLAIM, {"agent": "agent-2"}).status == 204  # leased: nobody else gets it
+    answered = _outcome(api, claimed.json, outcome="confirmed", reason="refund re_9 found", result_ref="re_9")
+    assert answered.status == 200 and answered.json["applied"] == "succeeded"
+    assert latest_attempt("r1").result_ref == "re_9"
+    check = ReconciliationCheck.objects.get(job__job_id="r1")
+    assert (check.reconciler, check.outcome, check.evidence["agent"]) == ("external agent agent-1", "confirmed",
+                                                                         "agent-1")
+    assert_ledger_clean()
+
+
+def test_reckons_own_reconciler_leaves_pull_mode_work_to_the_agents(pull_actions):
+    unknown_job("r2", "pull.refund", PAYLOAD)
+    assert reconcile_until_idle() == []
+    assert Job.objects.get(job_id="r2").status == "needs_reconciliation"
+    assert not ReconciliationCheck.objects.exists()
+
+
+def test_not_found_follows_the_same_rules(api, pull_actions):
+    unknown_job("r3", "pull.refund", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    no_reason = _outcome(api, claimed, outcome="not_found")
+    assert no_reason.json["applied"].startswith("retry in")  # proves nothing: back-off
+    Job.objects.filter(job_id="r3").update(next_check_at=None)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    replayed = _outcome(api, claimed, outcome="not_found", reason="no refund with this key at the PSP")
+    assert replayed.json["applied"] == "replayed" and latest_attempt("r3").number == 2
+    unknown_job("w1", "pull.wire", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    assert _outcome(api, claimed, outcome="not_found", reason="no wire").json["applied"] == "awaiting_approval"
+    assert ApprovalRequest.objects.filter(job__job_id="w1", status="pending").exists()
+    assert_ledger_clean()
+
+
+def test_an_answer_after_the_lease_moved_on_is_refused_and_recorded(api, pull_actions):
+    unknown_job("r4", "pull.refund", PAYLOAD)
+    first = api.post(CLAIM, {"agent": "agent-1"}).json
+    with connection.cursor() as cursor:  # agent-1 is slow: its lease runs out
+        cursor.execute("UPDATE ledger_job SET next_check_at = clock_timestamp() - interval '1 second' "
+                       "WHERE job_id = 'r4'")
+    second = api.post(CLAIM, {"agent": "agent-2"}).json
+    assert second["reconciliation_id"] != first["reconciliation_id"]
+    late = _outcome(api, first, outcome="not_found", reason="nothing there")
+    assert late.status == 409 and late.json["error"]["code"] == "answer_refused"
+    assert "its reconciliation lease moved on" in late.json["error"]["message"]
+    refused = LedgerEvent.objects.get(job__job_id="r4", kind="reconciliation_answer_refused")
+    assert refused.actor == "agent-1" and refused.evidence["outcome"] == "not_found"
+    assert latest_attempt("r4").number == 1  # the late "not found" replayed nothing
+    assert api.post(f"/api/v1/reconciliations/{second['reconciliation_id']}/outcome",
+                    {"agent": "agent-2", "outcome": "confirmed", "reason": "found"}).json["applied"] == "succeeded"
+    assert_ledger_clean()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_agents_racing_never_get_the_same_job(pull_actions, token):
+    for n in range(6):
+        unknown_job(f"race-{n}", "pull.refund", PAYLOAD)
+    got: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def agent(name: str):
+        client = ApiClient(token)
+        barrier.wait()
+        while (claimed := client.post(CLAIM, {"agent": name})).status == 201:
+            got.append(claimed.json["job"]["job_id"])
+        connection.close()
+
+    threads = [threading.Thread(target=agent, args=(f"agent-{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(got) == [f"race-{n}" for n in range(6)]  # each once
+
+
+def test_a_token_sees_only_its_scope(pull_actions):
+    unknown_job("r5", "pull.refund", PAYLOAD)
+    elsewhere = ApiClient(issue(tenants=["globex"], name="globex-agent"))
+    assert elsewhere.post(CLAIM, {"agent": "g"}).status == 204
+    mine = ApiClient(issue(tenants=["acme"], name="acme-agent"))
+    claimed = mine.post(CLAIM, {"agent": "a"}).json
+    stranger = elsewhere.post(f"/api/v1/reconciliations/{claimed['reconciliation_id']}/outcome",
+                              {"agent": "g", "outcome": "confirmed", "reason": "x"})
+    assert stranger.status == 404 and stranger.json["error"]["code"] == "not_found"
+    assert Job.objects.get(job_id="r5").status == "needs_reconciliation"
