@@ -10,18 +10,24 @@ from __future__ import annotations
 import io
 import os
 import random
+import secrets
 import signal
 import subprocess
+import sys
 import time
 
 from django_q.tasks import async_task
 
 from chaos.checks import RunResult, evaluate, event_count, recover
-from chaos.world import World, kill, wait_until
+from chaos.world import ROOT, World, kill, wait_until
+from ledger.actions import _registry
+from ledger.declarations import load_actions_file
 from ledger.models import Job
 from ledger.services import enqueue_job
 from ledger.states import JobStatus
 from ledger.tasks import run_job
+from reconciliation.models import ReconciliationCheck
+from sandbox.testing import free_port
 
 MAIL = {"to": "ops@acme.example", "subject": "Receipt", "body": "Thanks for your order."}
 
@@ -235,9 +241,57 @@ def _pg(world: World, tool: str, *args: str) -> None:
         raise RuntimeError(f"{tool} failed: {done.stderr.strip()[:500]}")
 
 
+class WebhookReconcilerDown(Scenario):
+    """The team's own webhook reconciler (examples/webhook_receiver.py) is down when the job goes
+    unknown: every look proves nothing and backs off; once it is back, the job is confirmed."""
+
+    name = "webhook_reconciler_down"
+    summary = "killed after the provider's 2xx while the webhook reconciler is down -> backs off, confirmed once it is back"
+    action = "chaos.webhook_mail"
+    secret_variable = "RECKON_CHAOS_WEBHOOK_SECRET"
+
+    def setup(self, world):
+        self.secret, self.port = secrets.token_urlsafe(32), free_port()
+        os.environ[self.secret_variable] = self.secret  # this process reconciles too
+        declared = world.workdir / "webhook-actions.toml"
+        declared.write_text(
+            f'[actions."{self.action}"]\nexecutor = "python:sandbox.demo_actions.send_mail"\nreversible = true\n'
+            f'queryable = true\nreconciler = "webhook"\nwebhook_url = "http://127.0.0.1:{self.port}/reckon"\n'
+            f'webhook_secrets = ["{self.secret_variable}"]\nwebhook_timeout = 2\nlease_ttl = {World.LEASE_TTL}\n'
+        )
+        _registry.pop(self.action, None)  # a new port and secret for this world
+        load_actions_file(declared, required=True)
+        world.worker(self.name, fault_point="after_provider_success", jobs=f"{self.name}-*", workers=2,
+                     env={"RECKON_ACTIONS_FILE": str(declared), self.secret_variable: self.secret})
+
+    def run(self, world, result):
+        job_id = _enqueue(f"{self.name}-{result.seed}-{result.run}", action=self.action)
+        kill(world.wait_for_fault(job_id, "after_provider_success"))
+
+        def looked_while_down() -> bool:
+            recover([job_id], timeout=0)  # one sweep and one reconciliation pass
+            return event_count(job_id, "reconciliation_unavailable") >= 1
+
+        wait_until(looked_while_down, timeout=30, interval=0.2, what=f"a look at {job_id} while the webhook is down")
+        receiver = subprocess.Popen(  # nosec B603  # our own example under sys.executable; no shell
+            [sys.executable, str(ROOT / "examples" / "webhook_receiver.py"), str(self.port)],
+            env={**os.environ, "RECKON_WEBHOOK_SECRET": self.secret, "PROVIDER_URL": world.sandbox.url},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            result.recover_seconds = recover([job_id], timeout=self.recover_timeout)
+        finally:
+            receiver.terminate()
+            receiver.wait(timeout=10)
+        _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}, not succeeded")
+        confirmed = ReconciliationCheck.objects.filter(job__job_id=job_id, outcome="confirmed",
+                                                       reconciler__startswith="webhook ").count()
+        _expect(result, confirmed == 1, f"{job_id}: {confirmed} webhook confirmations, expected 1")
+        return [job_id]
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
-    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(),
+    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), WebhookReconcilerDown(),
 )}
 
 

@@ -6,8 +6,8 @@ The request is a signed JSON POST:
 
 with the header `Reckon-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`, where each v1 is
 HMAC-SHA256(secret, "<t>." + the exact body) for one of the action's secrets (two during a
-rotation). A receiver checks it with `verify_signature` (also in the Python client) and refuses
-requests older than five minutes.
+rotation). A receiver checks it with the Python client's `verify_webhook`, which refuses requests
+older than five minutes (examples/webhook_receiver.py is a complete receiver).
 
 The answer must be a JSON object `{outcome: confirmed|not_found|conflict, evidence, reason,
 result_ref}`. Anything else — a timeout, a 5xx, invalid JSON, an unknown outcome, and (as for
@@ -17,54 +17,27 @@ back-off. The check row records the request and the answer.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
 import json
 import os
-import time
 from urllib.parse import urlsplit
 
 from ledger.actions import Webhook
 from ledger.models import Attempt, Job
+from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_webhook
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
 
-SIGNATURE_HEADER = "Reckon-Signature"
-TOLERANCE_S = 300
+SIGNATURE_HEADER = WEBHOOK_SIGNATURE_HEADER
 ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT)
 # How much of an answer that is not JSON the check keeps.
 RAW_ANSWER_LIMIT = 2000
 
 
-class SignatureError(ValueError):
-    """A webhook request whose signature does not hold: refuse it."""
-
-
-def sign(body: bytes, secrets: list[str], *, at: int | None = None) -> str:
-    """The signature header's value for `body`, one v1 per secret."""
-    at = int(time.time()) if at is None else at
-    signed = f"{at}.".encode() + body
-    return ",".join([f"t={at}"] + [f"v1={hmac.new(s.encode(), signed, hashlib.sha256).hexdigest()}" for s in secrets])
-
-
-def verify_signature(body: bytes, header: str, secrets: list[str], *, tolerance: int = TOLERANCE_S,
-                     now: float | None = None) -> None:
-    """Raise SignatureError unless `header` signs `body` with one of `secrets`, at most `tolerance`
-    seconds ago (or ahead: clocks drift)."""
-    parts = [part.strip().partition("=") for part in (header or "").split(",")]
-    stamps = [value for key, _, value in parts if key == "t"]
-    signatures = [value for key, _, value in parts if key == "v1"]
-    if len(stamps) != 1 or not stamps[0].isdigit() or not signatures:
-        raise SignatureError(f"malformed {SIGNATURE_HEADER} header")
-    at = int(stamps[0])
-    now = time.time() if now is None else now
-    if abs(now - at) > tolerance:
-        raise SignatureError(f"signed {now - at:.0f} s ago: older than {tolerance} s (a replay?)")
-    signed = f"{at}.".encode() + body
-    expected = [hmac.new(s.encode(), signed, hashlib.sha256).hexdigest() for s in secrets if s]
-    if not any(hmac.compare_digest(e, given) for e in expected for given in signatures):
-        raise SignatureError("no signature matches a known secret")
+# One implementation of the signature, shared with receivers: the Python client's.
+SignatureError = WebhookSignatureError
+sign = sign_webhook
+verify_signature = verify_webhook
 
 
 def request_body(job: Job, attempt: Attempt) -> dict:
