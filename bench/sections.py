@@ -7,6 +7,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -145,17 +146,7 @@ def reconciliation(world: World, *, jobs: int) -> dict:
 
     concurrency = default_concurrency()
 
-    keys = []
-    for n in range(jobs):
-        job = services.enqueue_job(job_id=f"rec-{n}", tenant="bench", action="mail.send",
-                                   payload={"to": "a@bench.example", "subject": "s", "body": str(n)})
-        lease = services.claim_job(job_id=job.job_id, worker="bench")
-        services.begin_side_effect(lease=lease)
-        if n % 2 == 0:  # half of them did reach the provider before the worker lost sight
-            call("POST", f"{world.sandbox.url}/messages", body=job.payload | {},
-                 headers={"X-Reckon-Marker": job.idempotency_key})
-        services.record_unknown(lease=lease, reason="bench: observation lost")
-        keys.append(job.idempotency_key)
+    keys = _unknown_mail_jobs(world, "rec", "mail.send", jobs)
 
     def raw_lookups() -> float:
         started = time.monotonic()
@@ -168,9 +159,75 @@ def reconciliation(world: World, *, jobs: int) -> dict:
     decisions = reconcile_until_idle(limit=100, concurrency=concurrency)
     resolved = jobs / (time.monotonic() - started)
     raw = max(raw_before, raw_lookups())
+    webhook = _webhook_reconciliation(world, jobs=jobs, concurrency=concurrency)
     return {"jobs": jobs, "concurrency": concurrency, "decisions": len(decisions),
             "reconciled_per_s": round(resolved, 1), "raw_lookups_per_s": round(raw, 1),
-            "ratio": round(resolved / raw, 3)}
+            "ratio": round(resolved / raw, 3), **webhook,
+            "webhook_vs_in_process": round(webhook["webhook_reconciled_per_s"] / resolved, 3)}
+
+
+def _unknown_mail_jobs(world: World, prefix: str, action: str, jobs: int) -> list[str]:
+    """Unknown mail jobs; half of them did reach the provider before the worker lost sight."""
+    keys = []
+    for n in range(jobs):
+        job = services.enqueue_job(job_id=f"{prefix}-{n}", tenant="bench", action=action,
+                                   payload={"to": "a@bench.example", "subject": "s", "body": str(n)})
+        lease = services.claim_job(job_id=job.job_id, worker="bench")
+        services.begin_side_effect(lease=lease)
+        if n % 2 == 0:
+            call("POST", f"{world.sandbox.url}/messages", body=job.payload | {},
+                 headers={"X-Reckon-Marker": job.idempotency_key})
+        services.record_unknown(lease=lease, reason="bench: observation lost")
+        keys.append(job.idempotency_key)
+    return keys
+
+
+def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dict:
+    """The same work, reconciled by a webhook of the team's own: examples/webhook_receiver.py in
+    its own process, asking the same sandbox; signed requests, parsed answers."""
+    import secrets
+
+    from ledger.actions import _registry
+    from ledger.declarations import load_actions_file
+    from reconciliation.passes import reconcile_until_idle
+    from sandbox.testing import free_port
+
+    port, secret = free_port(), secrets.token_urlsafe(32)
+    os.environ["RECKON_BENCH_WEBHOOK_SECRET"] = secret
+    declared = world.workdir / "bench-actions.toml"
+    declared.write_text(
+        '[actions."bench.webhook_mail"]\nexecutor = "python:sandbox.demo_actions.send_mail"\nreversible = true\n'
+        f'queryable = true\nreconciler = "webhook"\nwebhook_url = "http://127.0.0.1:{port}/reckon"\n'
+        'webhook_secrets = ["RECKON_BENCH_WEBHOOK_SECRET"]\n'
+    )
+    _registry.pop("bench.webhook_mail", None)
+    load_actions_file(declared, required=True)
+    _unknown_mail_jobs(world, "hook", "bench.webhook_mail", jobs)
+    receiver = subprocess.Popen(  # nosec B603  # our own example under sys.executable; no shell
+        [sys.executable, str(Path(settings.BASE_DIR) / "examples" / "webhook_receiver.py"), str(port)],
+        env={**os.environ, "RECKON_WEBHOOK_SECRET": secret, "PROVIDER_URL": world.sandbox.url},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: _accepting(port), timeout=15, what="the webhook receiver to listen")
+        started = time.monotonic()
+        decisions = reconcile_until_idle(limit=100, concurrency=concurrency)
+        rate = jobs / (time.monotonic() - started)
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=10)
+    settled = sum(1 for d in decisions if d.applied in ("succeeded", "replayed"))
+    return {"webhook_decisions": len(decisions), "webhook_settled": settled,
+            "webhook_reconciled_per_s": round(rate, 1)}
+
+
+def _accepting(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 # --- console at scale and selection cost ---------------------------------------------------

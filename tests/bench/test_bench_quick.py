@@ -23,6 +23,7 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     e2e = report["end_to_end"]
     assert e2e["bare_jobs_per_s"] > 0 and e2e["ledger_jobs_per_s"] > 0 and e2e["worker_rss_mb_end"] > 0
     assert report["reconciliation"]["decisions"] == report["reconciliation"]["jobs"]
+    assert report["reconciliation"]["webhook_settled"] == report["reconciliation"]["jobs"]
     for run in ("small_run", "large_run"):
         pages = report["scale"][run]["pages"]
         assert {p["page"] for p in pages} == {"/queue/", "/jobs/{job_id}/", "/audit/"}
