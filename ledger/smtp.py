@@ -45,8 +45,10 @@ def compose(*, sender: str, to: str, subject: str, body: str, marker: str) -> Em
     message["Message-ID"] = message_id_for(marker)
     message[MARKER_HEADER] = marker
     message.set_content(body)
-    if len(message["To"].addresses) != 1 or "@" not in message["To"].addresses[0].addr_spec:
-        raise ValueError(f"the recipient must be one address, got {to!r}")
+    for header, given in (("From", sender), ("To", to)):
+        addresses = message[header].addresses
+        if len(addresses) != 1 or "@" not in addresses[0].addr_spec:
+            raise ValueError(f"{header} must be one address, got {given!r}")
     return message
 
 

@@ -20,6 +20,8 @@ from ledger.smtp import message_id_for
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
 
+SUMMARY = ("seq", "message_id", "marker", "from", "to", "subject", "received_at")
+
 
 def sent_message(job: Job, attempt: Attempt) -> Finding:
     message_id = message_id_for(job.idempotency_key)
@@ -33,7 +35,8 @@ def sent_message(job: Job, attempt: Attempt) -> Finding:
     if not reply.ok or not isinstance(messages, list):
         return Finding(CheckOutcome.UNAVAILABLE, f"the mail archive gave no definite answer: {reply.status} "
                        f"{reply.error}", {**evidence, "status": reply.status})
-    evidence["found"] = messages
+    # What was found, without the text: enough for a person to judge, small enough to keep.
+    evidence["found"] = [{name: message.get(name) for name in SUMMARY} for message in messages]
     if not messages:
         return Finding(CheckOutcome.NOT_FOUND, f"no message with Message-ID {message_id} in the archive; the server "
                        "archives every message before it answers 250, so the send never completed DATA", evidence)

@@ -48,6 +48,8 @@ def test_a_send_dropped_after_data_is_unknown_then_confirmed_and_never_resent(sm
                                                       "side_effect": "confirmed"}
     assert attempt.result_ref == message_id_for(_key("m1"))
     assert Job.objects.get(job_id="m1").status == "succeeded"
+    [found] = ReconciliationCheck.objects.get(job__job_id="m1").evidence["found"]
+    assert found["message_id"] == attempt.result_ref and "body" not in found  # a summary, not the text
 
     # Never resent: another delivery of the job is refused, and the archive still holds one.
     smtp_sandbox.configure_faults()

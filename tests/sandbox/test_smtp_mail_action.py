@@ -135,3 +135,11 @@ def test_a_message_that_cannot_be_sent_as_given_fails_without_touching_the_serve
     outcome = _send("s-11", payload)
     assert isinstance(outcome, Failed) and not outcome.retryable and outcome.evidence == {"sent": False}
     assert smtp_sandbox.messages() == []
+
+
+def test_a_sender_setting_that_is_not_one_address_fails_every_send_without_touching_the_server(smtp_sandbox,
+                                                                                                settings):
+    settings.RECKON_SMTP_FROM = "reckon"
+    outcome = _send("s-12")
+    assert isinstance(outcome, Failed) and not outcome.retryable and "From must be one address" in outcome.error
+    assert smtp_sandbox.messages() == []
