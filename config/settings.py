@@ -249,6 +249,12 @@ RECKON_MAIL_URL = os.environ.get("RECKON_MAIL_URL", RECKON_SANDBOX_URL).rstrip("
 RECKON_PUBLISH_URL = os.environ.get("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL).rstrip("/")
 RECKON_VAULT_URL = os.environ.get("RECKON_VAULT_URL", RECKON_SANDBOX_URL).rstrip("/")
 RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
+# The SMTP server `smtp.send_mail` sends through, and the API that finds a sent message by its
+# Message-ID (the SMTP sandbox by default; SMTP itself has no read path).
+RECKON_SMTP_HOST = os.environ.get("RECKON_SMTP_HOST", "127.0.0.1")
+RECKON_SMTP_PORT = envint("RECKON_SMTP_PORT", 8025)
+RECKON_SMTP_LOOKUP_URL = os.environ.get("RECKON_SMTP_LOOKUP_URL", "http://127.0.0.1:8026").rstrip("/")
+RECKON_SMTP_FROM = os.environ.get("RECKON_SMTP_FROM", "reckon@localhost")
 RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
 # The dead-man gate: irreversible side effects wait while the sweeper or the reconciler has not
 # completed a pass within this many seconds (0 disables the gate).

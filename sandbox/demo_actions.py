@@ -1,4 +1,5 @@
-"""The four demo actions, against the sandbox provider or any provider with the same contract.
+"""The demo actions: four against the sandbox provider (or any provider with the same contract),
+and mail over SMTP against any SMTP server (the SMTP sandbox in the demo and the tests).
 
 Registered when this module is imported: demo mode (RECKON_DEMO=true) and the tests name it in
 RECKON_ACTION_MODULES; a deployment names its own modules instead.
@@ -6,7 +7,7 @@ RECKON_ACTION_MODULES; a deployment names its own modules instead.
 Every call carries the job's idempotency key and its marker (the same string), so the effect
 can be found later by key or by marker. Classification is honest: 2xx -> Succeeded; a 4xx or
 a connection refused before sending -> Failed (nothing happened); a 5xx, a timeout or a
-dropped response -> Unknown (it may have happened).
+dropped response -> Unknown (it may have happened). SMTP draws its own line (`ledger.smtp`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 
+from ledger import smtp
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, action
 from ledger.models import Job
 from ledger.providers import NoAnswer, NotSent, Reply, call
@@ -111,3 +113,30 @@ def rotate_credential(job: Job) -> Outcome:
     return _send(
         job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {}, result_field="version"
     )
+
+
+# Mail is not idempotent at an SMTP server: a resend is a second message. Replaying it is safe
+# only because the reconciler proved, by its Message-ID, that the first never arrived.
+@action("smtp.send_mail", reversible=True, queryable=True, lease_ttl=LEASE_TTL,
+        reconciler="reconciliation.smtp.sent_message")
+def send_mail_over_smtp(job: Job) -> Outcome:
+    p = job.payload
+    try:
+        message = smtp.compose(sender=settings.RECKON_SMTP_FROM, to=str(p.get("to", "")),
+                               subject=str(p.get("subject", "")), body=str(p.get("body", "")),
+                               marker=job.idempotency_key)
+    except ValueError as exc:
+        return Failed(error=f"the message cannot be sent as given: {exc}", evidence={"sent": False})
+    message_id = str(message["Message-ID"])
+    try:
+        accepted = smtp.send(message, host=settings.RECKON_SMTP_HOST, port=settings.RECKON_SMTP_PORT,
+                             timeout=settings.RECKON_PROVIDER_TIMEOUT)
+    except NotSent as exc:
+        return Failed(error=str(exc), retryable=True, evidence={"sent": False, "message_id": message_id})
+    except smtp.Rejected as exc:
+        return Failed(error=str(exc), retryable=exc.temporary,
+                      evidence={"message_id": message_id, "stage": exc.stage, "code": exc.code, "reply": exc.reply})
+    except NoAnswer as exc:
+        return Unknown(reason=str(exc), evidence={"sent": True, "message_id": message_id})
+    return Succeeded(result_ref=message_id, evidence={"message_id": message_id, "code": accepted.code,
+                                                      "reply": accepted.reply})

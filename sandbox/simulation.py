@@ -3,6 +3,7 @@
 All four demo actions, several tenants, a share of social posts bound to an account their
 browser profile is no longer logged into (identity mismatches), and provider faults configured
 at the sandbox so that some work ends unknown — the way production loses track of effects.
+With `smtp`, mail over SMTP too (`smtp.send_mail`), with faults at the SMTP sandbox.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ledger.providers import NoAnswer, NotSent, call
 from ledger.services import enqueue_job
 
 ACTIONS = ("billing.create_invoice", "mail.send", "social.publish_post", "vault.rotate_credential")
+SMTP_ACTION = "smtp.send_mail"
 
 
 @dataclass
@@ -26,6 +28,7 @@ class Workload:
     mismatch_rate: float = 0.1
     seed: int | None = None
     prefix: str = "sim"
+    smtp: bool = False
     enqueued: list[str] = field(default_factory=list)
 
 
@@ -43,19 +46,31 @@ def configure_provider(*, fault_rate: float, seed: int | None, tenants: int) -> 
                {"account": f"{tenant}-personal", "session": "active"})
 
 
-def wait_for_provider(timeout: float = 30.0) -> None:
+def configure_smtp(*, fault_rate: float, seed: int | None) -> None:
+    """The SMTP sandbox drops a connection at each of its three points, evenly: at RCPT TO (the
+    send fails and is retried), after the message arrived but before it is archived (unknown, then
+    not found and resent) and after it is archived (unknown, then confirmed)."""
+    share = round(fault_rate / 3, 4)
+    body = {"rates": {"drop_before_data": share, "drop_during_data": share, "drop_after_data": share}}
+    if seed is not None:
+        body["seed"] = seed
+    _admin("PUT", f"{settings.RECKON_SMTP_LOOKUP_URL}/_admin/faults", body)
+
+
+def wait_for_provider(timeout: float = 30.0, url: str | None = None) -> None:
     """The sandbox may still be starting (make run starts everything at once)."""
     import time
 
+    url = url or settings.RECKON_SANDBOX_URL
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if call("GET", f"{settings.RECKON_SANDBOX_URL}/_health", timeout=2).ok:
+            if call("GET", f"{url}/_health", timeout=2).ok:
                 return
         except (NotSent, NoAnswer):
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the provider at {settings.RECKON_SANDBOX_URL} did not answer within {timeout} s")
+            raise RuntimeError(f"the provider at {url} did not answer within {timeout} s")
         time.sleep(0.25)  # polling with a bound
 
 
@@ -70,13 +85,14 @@ def _tenants(count: int) -> list[str]:
     return [names[i % len(names)] + ("" if i < len(names) else str(i)) for i in range(count)]
 
 
-def job_spec(n: int, rng: random.Random, *, tenant: str, mismatch_rate: float) -> tuple[str, dict, dict]:
-    action = ACTIONS[n % len(ACTIONS)]
+def job_spec(n: int, rng: random.Random, *, tenant: str, mismatch_rate: float,
+             actions: tuple[str, ...] = ACTIONS) -> tuple[str, dict, dict]:
+    action = actions[n % len(actions)]
     if action == "billing.create_invoice":
         payload = {"customer": f"cus_{tenant}_{rng.randint(1, 99):02d}", "amount_cents": rng.randint(500, 250_000),
                    "currency": rng.choice(["EUR", "USD", "GBP"]), "description": "Monthly plan"}
         return action, payload, {}
-    if action == "mail.send":
+    if action in ("mail.send", SMTP_ACTION):
         payload = {"to": f"customer{rng.randint(1, 500)}@{tenant}.example", "subject": "Your receipt",
                    "body": f"Thank you for your order #{rng.randint(1000, 9999)}."}
         return action, payload, {}
@@ -91,10 +107,16 @@ def run(workload: Workload) -> list[str]:
     rng = random.Random(workload.seed)  # nosec B311  # a seeded demo workload, reproducible on purpose; not security
     wait_for_provider()
     configure_provider(fault_rate=workload.fault_rate, seed=workload.seed, tenants=workload.tenants)
+    actions = ACTIONS
+    if workload.smtp:
+        wait_for_provider(url=settings.RECKON_SMTP_LOOKUP_URL)
+        configure_smtp(fault_rate=workload.fault_rate, seed=workload.seed)
+        actions += (SMTP_ACTION,)
     tenants = _tenants(workload.tenants)
     for n in range(workload.jobs):
         tenant = tenants[n % len(tenants)]
-        action, payload, identity = job_spec(n, rng, tenant=tenant, mismatch_rate=workload.mismatch_rate)
+        action, payload, identity = job_spec(n, rng, tenant=tenant, mismatch_rate=workload.mismatch_rate,
+                                             actions=actions)
         job = enqueue_job(job_id=f"{workload.prefix}-{n:05d}", tenant=tenant, action=action, payload=payload,
                           identity=identity, actor="simulate")
         workload.enqueued.append(job.job_id)

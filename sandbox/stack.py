@@ -29,13 +29,18 @@ class Child:
 def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> list[Child]:
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
     sandbox = urlsplit(settings.RECKON_SANDBOX_URL)
-    demo_children = [
+    smtp_lookup = urlsplit(settings.RECKON_SMTP_LOOKUP_URL)
+    providers = [
         Child("sandbox", manage + ["sandbox", "--host", sandbox.hostname, "--port", str(sandbox.port or 80),
                                    "--db", str(Path(settings.BASE_DIR) / ".sandbox" / "demo.sqlite3")]),
-        Child("workload", manage + ["simulate", "--jobs", "24", "--fault-rate", "0.25", "--mismatch-rate", "0.3",
-                                    "--every", "45"]),
+        # One process serves SMTP and its lookup API, both on RECKON_SMTP_HOST.
+        Child("smtp", manage + ["smtp_sandbox", "--host", settings.RECKON_SMTP_HOST,
+                                "--port", str(settings.RECKON_SMTP_PORT), "--http-port", str(smtp_lookup.port or 80),
+                                "--db", str(Path(settings.BASE_DIR) / ".sandbox" / "demo-smtp.sqlite3")]),
     ]
-    return (demo_children[:1] if demo else []) + [
+    workload = Child("workload", manage + ["simulate", "--jobs", "24", "--fault-rate", "0.25", "--mismatch-rate",
+                                           "0.3", "--every", "45", "--smtp"])
+    return (providers if demo else []) + [
         Child(
             "web",
             [
@@ -61,7 +66,7 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
         Child("reconciler", manage + ["reconcile", "--loop"]),
-    ] + (demo_children[1:] if demo else [])
+    ] + ([workload] if demo else [])
 
 
 class Stack:

@@ -102,3 +102,24 @@ def provider(sandbox, settings):
 def sandbox_env(sandbox) -> dict:
     """Environment for a worker process that must call this sandbox."""
     return {f"RECKON_{name}_URL": sandbox.url for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT")}
+
+
+@pytest.fixture(scope="session")
+def smtp_sandbox_process():
+    """One real SMTP sandbox process for the session (its own SQLite archive)."""
+    from sandbox.smtp.testing import SmtpSandboxProcess
+
+    with SmtpSandboxProcess() as process:
+        yield process
+
+
+@pytest.fixture
+def smtp_sandbox(smtp_sandbox_process, settings):
+    """The running SMTP sandbox, its archive empty and no fault set, with `smtp.send_mail` and its
+    reconciler pointed at it."""
+    if not smtp_sandbox_process.running():
+        smtp_sandbox_process.start()  # a test stopped it on purpose
+    smtp_sandbox_process.reset()
+    for name, value in smtp_sandbox_process.settings.items():
+        setattr(settings, name, value)
+    return smtp_sandbox_process

@@ -79,7 +79,9 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_data
                             "--web-workers", "1"],
                            env={"RECKON_DEBUG": "true", "RECKON_PGDATA_DIR": str(scratch_cluster.folder),
                                 "RECKON_PG_PORT": str(scratch_cluster.port),
-                                "RECKON_SANDBOX_URL": f"http://127.0.0.1:{_free_port()}"},
+                                "RECKON_SANDBOX_URL": f"http://127.0.0.1:{_free_port()}",
+                                "RECKON_SMTP_PORT": str(_free_port()),
+                                "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{_free_port()}"},
                            log_name="runstack")
     stack.env.pop("DATABASE_URL", None)  # the embedded cluster, which runstack starts itself
     stack.start()
@@ -111,8 +113,8 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_data
         assert stack.process.wait(timeout=60) == 0
         wait_for(lambda: not any(_alive(pid) for pid in children), timeout=15,
                  message="every child to exit")
-        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped workload",
-                     "stopped the embedded PostgreSQL"):
+        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped smtp",
+                     "stopped workload", "stopped the embedded PostgreSQL"):
             assert name in stack.output()
         assert not _alive(postmaster) and not scratch_cluster.running()
     finally:
@@ -135,6 +137,7 @@ def test_runstack_without_the_demo_serves_in_production_mode_with_no_demo_user()
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(timeout=60) == 0
         assert "stopped web" in stack.output() and "stopped sandbox" not in stack.output()
+        assert "stopped smtp" not in stack.output()
     finally:
         stack.stop()
 

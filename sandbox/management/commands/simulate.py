@@ -27,10 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--prefix", help="job id prefix (default: sim-<timestamp>)")
         parser.add_argument("--every", type=float, default=0,
                             help="repeat every N seconds (a live demo) instead of once")
+        parser.add_argument("--smtp", action="store_true",
+                            help="also mail over SMTP (smtp.send_mail) through the SMTP sandbox (RECKON_SMTP_*)")
         parser.add_argument("--wait", type=float, default=0,
                             help="wait up to N seconds for the batch to settle and print throughput")
 
-    def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, seed, prefix, every, wait, **options):
+    def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, seed, prefix, every, wait, smtp, **options):
         if jobs < 1 or not 0 <= fault_rate <= 1 or not 0 <= mismatch_rate <= 1 or tenants < 1:
             raise CommandError("--jobs and --tenants must be positive; rates must be between 0 and 1")
         if settings.RECKON_DEMO_ACTION_MODULE not in settings.RECKON_ACTION_MODULES:
@@ -40,7 +42,7 @@ class Command(BaseCommand):
             batch_prefix = prefix or f"sim-{timezone.now():%Y%m%d-%H%M%S}"
             started = time.monotonic()
             job_ids = run(Workload(jobs=jobs, fault_rate=fault_rate, tenants=tenants, mismatch_rate=mismatch_rate,
-                                   seed=seed, prefix=batch_prefix))
+                                   seed=seed, prefix=batch_prefix, smtp=smtp))
             self.stdout.write(f"enqueued {len(job_ids)} jobs ({batch_prefix}-*) at fault rate {fault_rate}")
             if wait:
                 self._report(batch_prefix, started, wait)
