@@ -8,10 +8,13 @@ DEV := RECKON_DEBUG=true
 
 .PHONY: run test bandit check bench chaos clean-db
 
-$(STAMP): pyproject.toml
+# The worker client (clients/python) is installed editable: the tests, the examples and the chaos
+# workers import reckon_client from the checkout as it is.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet ".[test]"
+	$(BIN)/python -m pip install --quiet --editable ./clients/python
 	rm -rf build *.egg-info
 	touch $(STAMP)
 
