@@ -44,9 +44,10 @@ def database_url_of_tests() -> str:
 class ManagedProcess:
     """A child process in its own process group, killed with its children on stop()."""
 
-    def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process"):
+    def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process",
+                 inherit_env: bool = True):
         self.argv = argv
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**(os.environ if inherit_env else {}), **(env or {})}
         self.log_path = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
         self.process: subprocess.Popen | None = None
 
@@ -124,13 +125,13 @@ class WebServer(ManagedProcess):
     """gunicorn serving Reckon (threaded workers, as runstack runs it) on a port of its own."""
 
     def __init__(self, *, env: dict | None = None, workers: int = 1, threads: int = 4, port: int | None = None,
-                 log_name: str = "gunicorn"):
+                 log_name: str = "gunicorn", inherit_env: bool = True):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__([sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind",
                           f"127.0.0.1:{self.port}", "--workers", str(workers), "--threads", str(threads),
                           "--graceful-timeout", "2", "--no-control-socket", "--error-logfile", "-"],
-                         env=env, log_name=log_name)
+                         env=env, log_name=log_name, inherit_env=inherit_env)
 
     def start(self, timeout: float = 60.0) -> WebServer:
         super().start()

@@ -85,7 +85,8 @@ def event_count() -> int:
 
 
 # External actions for the tests of workers over HTTP: declared in an actions file that both
-# this process and the gunicorn it starts read. ext.slow's lease is short, to be renewed.
+# this process and the gunicorn it starts read. ext.slow's lease is short, to be renewed;
+# notes.write is the README's action, which examples/pull_worker.py runs.
 EXTERNAL_ACTIONS = """
 [actions."ext.alpha"]
 executor = "external"
@@ -99,6 +100,10 @@ reversible = true
 executor = "external"
 reversible = true
 lease_ttl = 1
+
+[actions."notes.write"]
+executor = "external"
+reversible = true
 """
 
 

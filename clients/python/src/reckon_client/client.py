@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -117,7 +118,7 @@ class Client:
         deadline = time.monotonic() + max(wait_seconds, 0.0)
         while True:
             remaining = deadline - time.monotonic()
-            body["wait_seconds"] = round(min(max(remaining, 0.0), MAX_WAIT_SECONDS))
+            body["wait_seconds"] = math.ceil(min(max(remaining, 0.0), MAX_WAIT_SECONDS))  # never less than asked
             answer = self.call("POST", "/claims", body, timeout=self.timeout + body["wait_seconds"])
             if answer.status == 201:
                 return Lease(self, decode(answer.body))
