@@ -13,7 +13,9 @@ without holding a database connection, and answers 204 if none came.
 from __future__ import annotations
 
 import logging
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -68,9 +70,11 @@ class ClaimAnswer:
 
 
 def claim_next(
-    token: WorkerToken, *, worker: str, scope: ClaimScope, wait_seconds: int, can_wait: bool
+    token: WorkerToken, *, worker: str, scope: ClaimScope, wait_seconds: int, can_wait: bool,
+    client_gone: Callable[[], bool] = lambda: False,
 ) -> ClaimAnswer:
-    """Claim the oldest job in scope, waiting up to `wait_seconds` for one to arrive."""
+    """Claim the oldest job in scope, waiting up to `wait_seconds` for one to arrive. A claim whose
+    client has hung up while it waited takes nothing (its lease would only run out unused)."""
 
     def claim() -> services.Lease | None:
         return services.claim_next_job(worker=worker, actions=scope.actions, tenants=scope.tenants)
@@ -88,6 +92,9 @@ def claim_next(
         first = True
         while True:
             waiter.arm()
+            if not first and client_gone():
+                log.debug("claim by %s ends: its client has gone", worker)
+                return ClaimAnswer(None)
             if not first and not WorkerToken.objects.active().filter(pk=token.pk).exists():
                 raise ApiError(401, "unauthorized", "the token was revoked while the claim waited")
             lease = claim()
@@ -103,4 +110,24 @@ def claim_next(
 
 def _seconds(value: float) -> int:
     return max(1, round(value))
+
+
+def client_gone_from(environ: dict) -> Callable[[], bool]:
+    """Whether the client of this request has closed its connection, for servers that expose the
+    socket (gunicorn: `gunicorn.socket`); elsewhere it never says so. The check peeks at a
+    duplicate of the socket: an end of stream means gone; data, or nothing yet, means still there."""
+    connected = environ.get("gunicorn.socket")
+    if connected is None:
+        return lambda: False
+
+    def gone() -> bool:
+        try:
+            with socket.fromfd(connected.fileno(), connected.family, connected.type) as peek:
+                return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    return gone
 

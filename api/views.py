@@ -17,7 +17,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from api.body import parse_json_object
-from api.claims import claim_next, claim_scope
+from api.claims import claim_next, claim_scope, client_gone_from
 from api.http import (
     ApiError,
     WorkerTokenAuth,
@@ -349,6 +349,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
         wait_seconds=body.wait_seconds,
         # A single-threaded server (gunicorn's sync worker) would serve nothing else while waiting.
         can_wait=bool(request.META.get("wsgi.multithread")),
+        client_gone=client_gone_from(request.META),
     )
     if answer.lease is None:
         nothing = HttpResponse(status=204)

@@ -3,6 +3,8 @@ work with a prompt wake-up (a NOTIFY) rather than the poll."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
 from collections import Counter
@@ -156,6 +158,23 @@ def test_a_token_revoked_while_its_claim_waits_gets_nothing(api_server):
     thread.join(30)
     assert answers == [401]
     assert Job.objects.get(job_id="after-revocation").status == "pending"
+
+
+def test_a_claim_whose_client_hung_up_while_waiting_takes_nothing(api_server):
+    token = issue(["acme"], ["ext.alpha"], name="gone")
+    before = _waits_logged(api_server)
+    host, port = api_server.url.removeprefix("http://").split(":")
+    hung_up = http.client.HTTPConnection(host, int(port), timeout=10)
+    hung_up.request("POST", "/api/v1/claims", body=json.dumps({"worker": "gone-1", "wait_seconds": 25}),
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    wait_for(lambda: _waits_logged(api_server) > before, timeout=30, message="the claim to wait")
+    hung_up.close()  # the worker died (or gave up) while its claim waited
+    make_job("for-the-living", action="ext.alpha", tenant="acme")  # wakes the orphaned claim
+    wait_for(lambda: "claim by gone-1 ends: its client has gone" in api_server.output(), timeout=30,
+             message="the orphaned claim to notice")
+    assert Job.objects.get(job_id="for-the-living").status == "pending"
+    lease = Client(api_server.url, token).next_lease("alive-1", wait_seconds=0)
+    assert lease.job_id == "for-the-living" and lease.fencing_token == 1
 
 
 def _claim(url: str, token: str, body: dict) -> int:
