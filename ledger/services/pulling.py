@@ -13,15 +13,33 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+import psycopg
 from django.db import connection, transaction
 
 from ledger.models import Job
 from ledger.services.errors import ClaimRefused
-from ledger.services.worker import Lease, claim_job
+from ledger.services.worker import LEASE_COLUMNS, Lease, _ungated_actions, claim_job
 from ledger.states import JobStatus
 
 # Candidates a claim may pass over (each refusal recorded) before it answers "nothing for now".
 MAX_PASSED_OVER = 20
+
+# The ordinary case in one round trip, as its own transaction: the oldest candidate, locked, and
+# claimed by claim_job's own database function (reckon_claim, ledger/fastpath.py). A row with no
+# lease means the function left the candidate to the Python path (the gate, for one).
+ONE_ROUND_TRIP = f"""
+SELECT candidate.job_id, {", ".join(f"leased.{column}" for column in LEASE_COLUMNS.split(", "))}
+FROM (
+    SELECT job_id FROM {Job._meta.db_table}
+    WHERE status = %s AND NOT recovery_pending AND gated_at IS NULL
+      AND (%s::text[] IS NULL OR action = ANY(%s::text[]))
+      AND (%s::text[] IS NULL OR tenant = ANY(%s::text[]))
+    ORDER BY created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) AS candidate
+LEFT JOIN LATERAL reckon_claim(candidate.job_id, %s, %s, true) AS leased ON true
+"""  # nosec B608  # the table name from the model; every value is a bound parameter
+DECLINED = object()
 
 
 def claim_next_job(
@@ -29,6 +47,10 @@ def claim_next_job(
 ) -> Lease | None:
     """Lease the oldest claimable job of these actions and tenants (None: any) to `worker`, or
     return None when there is none."""
+    if not connection.in_atomic_block:
+        leased = _in_one_round_trip(worker, actions, tenants)
+        if leased is not DECLINED:
+            return leased
     passed_over: list[str] = []
     while len(passed_over) <= MAX_PASSED_OVER:
         with transaction.atomic():
@@ -41,6 +63,23 @@ def claim_next_job(
             except ClaimRefused:
                 passed_over.append(job_id)  # the claim recorded why; this transaction commits it
     return None
+
+
+def _in_one_round_trip(worker: str, actions, tenants):
+    """A Lease; None when nothing is claimable; DECLINED when the Python path must decide."""
+    actions = None if actions is None else list(actions)
+    tenants = None if tenants is None else list(tenants)
+    connection.ensure_connection()
+    # Bound server-side, so psycopg prepares it after a few calls (as worker.py's steps are).
+    raw = psycopg.Cursor(connection.connection)
+    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
+        cursor.execute(ONE_ROUND_TRIP, [JobStatus.PENDING.value, actions, actions, tenants, tenants, worker,
+                                        _ungated_actions()])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    job_id, *leased = row
+    return DECLINED if leased[0] is None else Lease(job_id, *leased)
 
 
 def _oldest_claimable(actions, tenants, passed_over: list[str]) -> str | None:

@@ -297,7 +297,8 @@ class Deferred:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
-        assert self.lease is not None
+        if self.lease is None:  # entering failed: there is no lease to account for
+            return False
         return self.lease.__exit__(exc_type, exc, tb)
 
 
