@@ -8,10 +8,13 @@ DEV := RECKON_DEBUG=true
 
 .PHONY: run test bandit check bench chaos clean-db
 
-$(STAMP): pyproject.toml
+# The worker client (clients/python) is installed editable: the tests, the examples and the chaos
+# workers import reckon_client from the checkout as it is.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet ".[test]"
+	$(BIN)/python -m pip install --quiet --editable ./clients/python
 	rm -rf build *.egg-info
 	touch $(STAMP)
 
@@ -27,7 +30,7 @@ test: $(STAMP)
 # The static security scan: any finding not reviewed on its line (`# nosec Bxxx  # why`) fails the
 # build. Bandit warns "nosec encountered ... but no failed test" for parts of an accepted line that
 # it also checks (PyCQA/bandit#1041): those lines are dropped, its other messages kept.
-BANDIT_PATHS := api approvals config console ledger reconciliation sandbox chaos bench
+BANDIT_PATHS := api approvals config console ledger reconciliation sandbox chaos bench clients
 bandit: $(STAMP)
 	@err=$$(mktemp); $(BIN)/bandit -q -r $(BANDIT_PATHS) -c pyproject.toml 2>$$err; status=$$?; \
 	grep -v "but no failed test" $$err >&2; rm -f $$err; \

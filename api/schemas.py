@@ -128,6 +128,38 @@ class ClaimRequest(Request):
     worker: WorkerName = Field(description="Who takes the lease; unique per delivery.")
 
 
+MAX_WAIT_SECONDS = 30
+WaitSeconds = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="How long to wait for work when none is claimable now (0: answer at once).",
+    ),
+    BeforeValidator(_integral),
+]
+
+
+class ClaimNextRequest(Request):
+    worker: WorkerName = Field(description="Who takes the lease; unique per delivery.")
+    actions: list[ActionName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description=(
+            "Only jobs of these actions (within the token's scope). Omitted: every external action "
+            "the token may run; a job of an in-process action is handed out only when named here."
+        ),
+    )
+    tenants: list[Tenant] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Only jobs of these tenants (within the token's scope). Omitted: every tenant the token may see.",
+    )
+    wait_seconds: WaitSeconds = 0
+
+
 class LeaseRequest(Request):
     owner: WorkerName = Field(description="The worker that holds the lease, as given when claiming.")
     fencing_token: FencingToken
@@ -208,6 +240,7 @@ class Lease(Schema):
     owner: str
     fencing_token: int
     expires_at: datetime
+    ttl_seconds: float = Field(description="The lease's length: renew well within it while a step runs.")
     job: LeasedJob
 
 

@@ -8,7 +8,7 @@ compare-and-set decides. A job outside the token's tenants and actions is, to th
 
 from __future__ import annotations
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
@@ -17,6 +17,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from api.body import parse_json_object
+from api.claims import claim_next, claim_scope, client_gone_from
 from api.http import (
     ApiError,
     WorkerTokenAuth,
@@ -28,6 +29,7 @@ from api.http import (
     server_error,
 )
 from api.schemas import (
+    ClaimNextRequest,
     ClaimRequest,
     EnqueueRequest,
     Error,
@@ -42,7 +44,7 @@ from api.schemas import (
     UnknownRequest,
 )
 from ledger import models, services
-from ledger.actions import UnknownAction
+from ledger.actions import UnknownAction, get_action
 
 
 class JsonObjectParser(Parser):
@@ -82,7 +84,8 @@ api = WorkerApi(
     title="Reckon worker API",
     version="1",
     description=(
-        "Enqueue jobs and run Reckon's safe worker loop from any language: claim -> (verify "
+        "Enqueue jobs and run Reckon's safe worker loop from any language: claim (a job by id, "
+        "or the next one in your scope: POST /claims, which can wait for work) -> (verify "
         "identity) -> begin side effect -> call the provider with the job's idempotency key -> "
         "record success, failure or unknown. Every write after the claim carries the lease's "
         "owner and fencing token; a stale one changes nothing (409 stale_lease).\n\n"
@@ -120,11 +123,13 @@ ERRORS = {
 STALE = "stale_lease: the lease is no longer current (nothing changed; the rejection is recorded)"
 
 
-def answers(ok: dict, *errors: int, conflict: str = "", links: dict | None = None) -> dict:
+def answers(
+    ok: dict, *errors: int, conflict: str = "", links: dict | None = None, error_texts: dict | None = None
+) -> dict:
     """`response` and `openapi_extra` for an operation: its schemas, and what each answer means."""
     codes = [*errors, 409] if conflict else list(errors)
     descriptions = {**{status: {"description": text} for status, (_, text) in ok.items()}}
-    descriptions.update({code: {"description": ERRORS[code]} for code in errors})
+    descriptions.update({code: {"description": (error_texts or {}).get(code, ERRORS[code])} for code in errors})
     if conflict:
         descriptions[409] = {"description": conflict}
     for status, operation_links in (links or {}).items():
@@ -203,6 +208,7 @@ def lease_json(lease: services.Lease, job: models.Job) -> dict:
         "owner": lease.owner,
         "fencing_token": lease.token,
         "expires_at": lease.expires_at,
+        "ttl_seconds": get_action(job.action).lease_ttl.total_seconds(),
         "job": job_json(job, attempts=False),
     }
 
@@ -313,6 +319,44 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
     lease = services.claim_job(job_id=job.job_id, worker=body.worker)
     job.refresh_from_db()
     return Status(201, lease_json(lease, job))
+
+
+@api.post(
+    "/claims",
+    operation_id="claimNextJob",
+    summary="Lease the oldest claimable job in your scope, waiting up to wait_seconds for one",
+    **answers(
+        {
+            201: (Lease, "leased, with the next fencing token (exactly as a claim by id)"),
+            204: (None, "nothing claimable came within the wait; with Retry-After when this server could "
+                        "not hold the wait (ask again after that many seconds)"),
+        },
+        400,
+        401,
+        403,
+        413,
+        415,
+        error_texts={403: "the request names a tenant or action outside the token's scope"},
+        links={201: LEASE_LINKS},
+    ),
+)
+def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
+    scope = claim_scope(request.auth, actions=body.actions, tenants=body.tenants)
+    answer = claim_next(
+        request.auth,
+        worker=body.worker,
+        scope=scope,
+        wait_seconds=body.wait_seconds,
+        # A single-threaded server (gunicorn's sync worker) would serve nothing else while waiting.
+        can_wait=bool(request.META.get("wsgi.multithread")),
+        client_gone=client_gone_from(request.META),
+    )
+    if answer.lease is None:
+        nothing = HttpResponse(status=204)
+        if answer.retry_after is not None:
+            nothing["Retry-After"] = str(answer.retry_after)
+        return nothing
+    return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id)))
 
 
 @api.post(

@@ -19,7 +19,7 @@ import time
 from django_q.tasks import async_task
 
 from chaos.checks import RunResult, evaluate, event_count, recover
-from chaos.world import ROOT, World, kill, wait_until
+from chaos.world import EXTERNAL_ACTION, ROOT, World, kill, wait_until
 from ledger.actions import _registry
 from ledger.declarations import load_actions_file
 from ledger.models import Job
@@ -231,6 +231,43 @@ class StateStoreRestore(Scenario):
         return done + queued
 
 
+class ExternalWorkerKilled(Scenario):
+    """A worker outside Reckon, speaking only HTTP, SIGKILLed with its provider call on the wire."""
+
+    name = "external_worker_killed"
+    summary = "an external HTTP worker SIGKILLed mid-call -> lease expires unknown, reconciled, one effect"
+
+    def setup(self, world):
+        from api.tokens import worker_token_create
+
+        self.url = world.web(f"{self.name}-web")
+        self.token = worker_token_create(name=self.name, tenants=["chaos"], actions=[EXTERNAL_ACTION]).token
+
+    def run(self, world, result):
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        job_id = _enqueue(f"{prefix}-0", EXTERNAL_ACTION)
+        armed = world.external_worker(f"{prefix}-armed", url=self.url, token=self.token,
+                                      fault_point="during_call", jobs=job_id)
+        try:
+            kill(world.wait_for_fault(job_id, "during_call"))  # the request reached the provider; no answer read
+        finally:
+            armed.stop()
+        # Work goes on: another external worker takes the next jobs; the killed one's is unknown.
+        others = [_enqueue(f"{prefix}-{n}", EXTERNAL_ACTION) for n in (1, 2)]
+        survivor = world.external_worker(f"{prefix}-survivor", url=self.url, token=self.token)
+        try:
+            result.recover_seconds = recover([job_id, *others], timeout=self.recover_timeout)
+        finally:
+            survivor.stop()
+        for done in (job_id, *others):
+            _expect(result, _status(done) == JobStatus.SUCCEEDED, f"{done} ended {_status(done)}, not succeeded")
+        job = Job.objects.get(job_id=job_id)
+        _expect(result, job.attempts.count() == 1, f"{job_id} used {job.attempts.count()} attempts, expected 1")
+        _expect(result, job.events.filter(kind="lease_expired_unknown").exists(),
+                f"{job_id} did not go through unknown: {list(job.events.values_list('kind', flat=True))}")
+        return [job_id, *others]
+
+
 def _pg(world: World, tool: str, *args: str) -> None:
     from config.localdb import find_bindir
 
@@ -291,7 +328,8 @@ class WebhookReconcilerDown(Scenario):
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
-    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), WebhookReconcilerDown(),
+    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
+    WebhookReconcilerDown(),
 )}
 
 

@@ -13,16 +13,29 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
 
 from config.localdb import Cluster
-from ledger.actions import load_action_modules
+from ledger.actions import declared_action, load_action_modules
+from ledger.declarations import load_actions_file
 from sandbox.testing import SandboxProcess, free_port
 
 ROOT = Path(settings.BASE_DIR)
+
+# Mail through the sandbox, as an external action: run by workers over HTTP, reconciled by marker.
+EXTERNAL_ACTION = "chaos.external_mail"
+EXTERNAL_ACTIONS = """
+[actions."chaos.external_mail"]
+executor = "external"
+reversible = true
+queryable = true
+reconciler = "python:reconciliation.reconcilers.mail"
+lease_ttl = {lease_ttl}
+"""
 
 
 def wait_until(condition, *, timeout: float, interval: float = 0.05, what: str = "condition"):
@@ -41,13 +54,15 @@ def wait_until(condition, *, timeout: float, interval: float = 0.05, what: str =
 
 
 class Worker:
-    """A real `manage.py qcluster` process (in its own process group), optionally armed."""
+    """A real process of ours (in its own process group), optionally armed: a `manage.py qcluster`
+    unless `argv` says otherwise (the web server, an external worker)."""
 
-    def __init__(self, world: World, name: str, env: dict):
+    def __init__(self, world: World, name: str, env: dict, argv: list[str] | None = None):
         self.world, self.name = world, name
         self.log = world.workdir / f"{name}.log"
+        argv = argv or [sys.executable, str(ROOT / "manage.py"), "qcluster"]
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "qcluster"], cwd=ROOT,  # nosec B603  # our own manage.py under sys.executable; no shell, no outside input
+            self.process = subprocess.Popen(argv, cwd=ROOT,  # nosec B603  # our own programs under sys.executable; no shell, no outside input
                                             env={**os.environ, **world.env(), **env}, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -79,13 +94,18 @@ class World:
         self.database = "reckon_chaos"
         self.sandbox = SandboxProcess(self.workdir / "sandbox.sqlite3")
         self.faults_dir = self.workdir / "faults"
+        self.actions_file = self.workdir / "actions.toml"
         self.workers: list[Worker] = []
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> World:
-        # The world's work is the demo's actions against the sandbox, here and in every worker.
+        # The world's work is the demo's actions against the sandbox, here and in every worker,
+        # and one external action (EXTERNAL_ACTION) that workers outside Reckon run over HTTP.
         load_action_modules([settings.RECKON_DEMO_ACTION_MODULE])
+        self.actions_file.write_text(EXTERNAL_ACTIONS.format(lease_ttl=self.LEASE_TTL))
+        if declared_action(EXTERNAL_ACTION) is None:
+            load_actions_file(self.actions_file, required=True)
         self.cluster.ensure(self.database)
         self._point_django_here()
         from django.core.management import call_command
@@ -115,6 +135,7 @@ class World:
             "RECKON_Q_RETRY": str(self.Q_RETRY),
             "RECKON_FAULT_DIR": str(self.faults_dir),
             "RECKON_REDISPATCH_AFTER_S": str(self.REDISPATCH_AFTER),
+            "RECKON_ACTIONS_FILE": str(self.actions_file),
         }
 
     def worker(self, name: str, *, fault_point: str | None = None, jobs: str = "", workers: int = 1,
@@ -123,6 +144,26 @@ class World:
         if fault_point:
             env |= {"RECKON_FAULT_POINT": fault_point, "RECKON_FAULT_JOBS": jobs}
         worker = Worker(self, name, env)
+        self.workers.append(worker)
+        return worker
+
+    def web(self, name: str = "web") -> str:
+        """A gunicorn serving the API on this world's database; its base URL once it answers."""
+        port = free_port()
+        self.workers.append(Worker(self, name, {}, [
+            sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
+            "--workers", "1", "--threads", "4", "--graceful-timeout", "2", "--no-control-socket"]))
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(f"{url}/healthz"), timeout=60, what="the web server to answer")
+        return url
+
+    def external_worker(self, name: str, *, url: str, token: str, fault_point: str | None = None,
+                        jobs: str = "") -> Worker:
+        """A worker outside Reckon: it pulls EXTERNAL_ACTION's jobs over HTTP (chaos/external_worker.py)."""
+        env = {"RECKON_FAULT_POINT": fault_point, "RECKON_FAULT_JOBS": jobs} if fault_point else {}
+        worker = Worker(self, name, env, [
+            sys.executable, "-m", "chaos.external_worker", "--url", url, "--token", token,
+            "--mail", self.sandbox.url, "--action", EXTERNAL_ACTION, "--worker", name])
         self.workers.append(worker)
         return worker
 
@@ -172,6 +213,14 @@ class World:
             return True
         except Exception:
             return False
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:  # nosec B310  # our own server's http:// URL
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def _state(pid: int) -> str | None:

@@ -325,6 +325,14 @@ CONTENT_SECURITY_POLICY = {
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("RECKON_MAX_REQUEST_BYTES", 1024 * 1024)
 RECKON_API_MAX_BODY_BYTES = envint("RECKON_API_MAX_BODY_BYTES", 256 * 1024)
+# Workers waiting for work (POST /api/v1/claims with wait_seconds): a waiting claim holds no
+# database connection, but it occupies one server thread for its wait, so each web process holds
+# at most RECKON_CLAIM_WAITS of them (keep it below gunicorn's --threads, leaving threads for the
+# console and the lease writes); beyond that, and under a single-threaded server, a claim answers
+# at once (204, Retry-After). A waiting claim is woken by a NOTIFY when work arrives, and looks
+# again every RECKON_CLAIM_POLL_S seconds in case a wake-up was lost.
+RECKON_CLAIM_WAITS = envint("RECKON_CLAIM_WAITS", 2)
+RECKON_CLAIM_POLL_S = float(os.environ.get("RECKON_CLAIM_POLL_S", "5"))
 # The reverse proxies / load balancers in front of the web processes (addresses or networks).
 # When the direct peer is one of them, the client address is taken from X-Forwarded-For (the
 # rightmost hop that is not itself a trusted proxy); from any other peer X-Forwarded-For is

@@ -6,7 +6,8 @@
 For each job it is told about: claim, begin, send with the job's idempotency key and marker,
 record what it can prove. It keeps polling jobs that are still pending (a retry was queued,
 or another worker holds a live lease) until each is finished or waiting on a human.
-Standard library only, besides reckon_client.py from the repository root.
+Standard library only, besides the reckon_client package (`pip install ./clients/python`;
+`make` installs it into .venv).
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from reckon_client import Client, Lease, ReckonError  # noqa: E402
+from reckon_client import Client, Lease, ReckonError
 
 STILL_TO_RUN = ("pending", "running")
 

@@ -3,7 +3,7 @@
     .venv/bin/python examples/measure_api_cycle.py [--cycles 200]
 
 Creates a throwaway database (dropped at the end), serves the API with gunicorn (one sync
-worker, as `make run` would), and runs N sequential cycles through reckon_client; then the
+worker), and runs N sequential cycles through the reckon_client package; then the
 same N cycles straight through ledger.services. Jobs are enqueued beforehand, untimed.
 """
 
@@ -77,10 +77,10 @@ def main() -> int:
 
     django.setup()
     from django.db import connection
+    from reckon_client import Client
 
     from api.tokens import worker_token_create
     from ledger import services
-    from reckon_client import Client
 
     name = os.environ.get("RECKON_BENCH_DATABASE", "test_reckon_api_bench")
     connection.settings_dict["TEST"]["NAME"] = name

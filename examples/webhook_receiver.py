@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the client, from a checkout
+# The client, from a checkout (`pip install ./clients/python` installs it for good).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python" / "src"))
 
 from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, verify_webhook  # noqa: E402
 

@@ -44,9 +44,10 @@ def database_url_of_tests() -> str:
 class ManagedProcess:
     """A child process in its own process group, killed with its children on stop()."""
 
-    def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process"):
+    def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process",
+                 inherit_env: bool = True):
         self.argv = argv
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**(os.environ if inherit_env else {}), **(env or {})}
         self.log_path = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
         self.process: subprocess.Popen | None = None
 
@@ -110,3 +111,40 @@ def manage(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedP
     """`manage.py ARGS` in a process of its own with exactly `env`; its output as text."""
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class WebServer(ManagedProcess):
+    """gunicorn serving Reckon (threaded workers, as runstack runs it) on a port of its own."""
+
+    def __init__(self, *, env: dict | None = None, workers: int = 1, threads: int = 4, port: int | None = None,
+                 log_name: str = "gunicorn", inherit_env: bool = True):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__([sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind",
+                          f"127.0.0.1:{self.port}", "--workers", str(workers), "--threads", str(threads),
+                          "--graceful-timeout", "2", "--no-control-socket", "--error-logfile", "-"],
+                         env=env, log_name=log_name, inherit_env=inherit_env)
+
+    def start(self, timeout: float = 60.0) -> WebServer:
+        super().start()
+        wait_for(self._answers, timeout=timeout, interval=0.1, message=f"gunicorn on {self.url}")
+        return self
+
+    def _answers(self) -> bool:
+        import urllib.request
+
+        if self.process.poll() is not None:
+            raise AssertionError(f"gunicorn exited:\n{self.output()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as answer:
+                return answer.status == 200
+        except OSError:
+            return False

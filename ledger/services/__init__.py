@@ -8,6 +8,8 @@ caller gets a clear exception.
 
     jobs.py         enqueue_job
     worker.py       the worker loop's steps: claim, renew, verify identity, begin, results
+    pulling.py      claim the next job in a scope (workers over HTTP that know no job id)
+    claimable.py    the NOTIFY that wakes those workers when jobs become claimable
     sweeper.py      expired leases and stranded deliveries
     gate.py         the dead-man gate's release of the work it held
     transitions.py  Batch, locks, snapshots, dispatch to django-q2, the reconciler's claim
@@ -30,6 +32,7 @@ from ledger.services.errors import (
 )
 from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
+from ledger.services.pulling import claim_next_job
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
 from ledger.services.transitions import (
     Batch,
@@ -69,6 +72,7 @@ __all__ = [
     "begin_side_effect",
     "claim_for_reconciliation",
     "claim_job",
+    "claim_next_job",
     "complete_pass",
     "enqueue_job",
     "idempotency_key_for",

@@ -12,7 +12,8 @@ caller's transaction —
    computed per row by the BEFORE INSERT trigger, which sees the rows inserted before it),
 
 — and queues every job to be dispatched to a worker with one INSERT into django-q2's queue, in
-the same transaction (see `dispatch_runs`). So every event is written in the same transaction as
+the same transaction (see `dispatch_runs`), with a NOTIFY that wakes the workers waiting over
+HTTP (`claimable.notify_claimable`). So every event is written in the same transaction as
 its change, for one job (`with Batch() as batch:`, or `transition()`) or for hundreds
 (reconciliation applies a whole batch of lookups at once).
 
@@ -32,6 +33,7 @@ from django.db.models import DateTimeField, Func
 from ledger.actions import declared_action, policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
+from ledger.services.claimable import notify_claimable
 from ledger.services.errors import LedgerError
 from ledger.states import EventKind, JobStatus
 
@@ -111,6 +113,7 @@ class Batch:
         self._opened: list[Attempt] = []
         self._events: list[LedgerEvent] = []
         self._dispatch: list[str] = []
+        self._claimable: set[tuple[str, str]] = set()  # (tenant, action) of the jobs handed to workers
 
     def transition(
         self,
@@ -191,7 +194,9 @@ class Batch:
 
     def dispatch_run(self, job: Job) -> None:
         """Hand the job to a django-q2 worker, in this transaction (see `dispatch_runs`). Jobs of
-        external actions are never queued: workers over HTTP claim them (`claim_next_job`)."""
+        external actions are never queued: workers over HTTP claim them (`claim_next_job`), woken
+        by the notification every dispatched job sends (`notify_claimable`)."""
+        self._claimable.add((job.tenant, job.action))
         action = declared_action(job.action)
         if action is not None and not action.external:
             self._dispatch.append(job.job_id)
@@ -240,6 +245,7 @@ class Batch:
         self._update_jobs()
         insert_objects(self._events)
         dispatch_runs(self._dispatch)
+        notify_claimable(self._claimable)
         self._reset()
 
     def _job_entry(self, job: Job, *, touch: bool) -> set:

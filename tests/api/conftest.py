@@ -9,7 +9,10 @@ import pytest
 from django.test import Client
 
 from api import tokens
+from ledger.actions import _registry
+from ledger.declarations import load_actions_file
 from ledger.models import Attempt, Job, LedgerEvent
+from tests.processes import WebServer, database_url_of_tests
 
 
 @dataclass
@@ -79,3 +82,53 @@ def ledger_state() -> tuple:
 
 def event_count() -> int:
     return LedgerEvent.objects.count()
+
+
+# External actions for the tests of workers over HTTP: declared in an actions file that both
+# this process and the gunicorn it starts read. ext.slow's lease is short, to be renewed;
+# notes.write is the README's action, which examples/pull_worker.py runs.
+EXTERNAL_ACTIONS = """
+[actions."ext.alpha"]
+executor = "external"
+reversible = true
+
+[actions."ext.beta"]
+executor = "external"
+reversible = true
+
+[actions."ext.slow"]
+executor = "external"
+reversible = true
+lease_ttl = 1
+
+[actions."notes.write"]
+executor = "external"
+reversible = true
+"""
+
+
+@pytest.fixture(scope="module")
+def external_actions(tmp_path_factory):
+    """The actions file, declared in this process too (for enqueue_job) until the module ends."""
+    path = tmp_path_factory.mktemp("actions") / "actions.toml"
+    path.write_text(EXTERNAL_ACTIONS)
+    declared = load_actions_file(path, required=True)
+    yield path
+    for action in declared:
+        _registry.pop(action.name, None)
+
+
+@pytest.fixture(scope="module")
+def api_server(django_db_setup, external_actions):
+    """A real gunicorn (threaded, as runstack runs it) on the test database, with the external
+    actions declared. Its claims may wait (10 at a time); the fallback poll is slow (10 s), so
+    a prompt wake-up can only come from the NOTIFY; DEBUG logging says when a claim waits."""
+    env = {
+        "DATABASE_URL": database_url_of_tests(),
+        "RECKON_ACTIONS_FILE": str(external_actions),
+        "RECKON_CLAIM_WAITS": "10",
+        "RECKON_CLAIM_POLL_S": "10",
+        "RECKON_LOG_LEVEL": "DEBUG",
+    }
+    with WebServer(env=env, threads=12, log_name="claims-gunicorn") as server:
+        yield server

@@ -56,6 +56,9 @@ field_names = st.sampled_from(
         "retryable",
         "reason",
         "evidence",
+        "actions",
+        "tenants",
+        "wait_seconds",
     ]
 )
 bodies = st.one_of(
@@ -69,6 +72,7 @@ paths = st.one_of(
         lambda job, step: f"/api/v1/jobs/{job}{step}", st.sampled_from(JOB_IDS), st.sampled_from(STEPS)
     ),
     st.just("/api/v1/jobs"),
+    st.just("/api/v1/claims"),
     st.text(max_size=40).map(lambda t: "/api/v1/" + quote(t, safe="/")),
 )
 

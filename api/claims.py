@@ -1,0 +1,133 @@
+"""POST /api/v1/claims: which jobs a worker may be given, and waiting for one.
+
+The scope is the token's tenants and actions, narrowed by the request's `tenants` and `actions`.
+Without `actions`, only jobs of external actions are handed out: a job of an in-process action
+(`executor = "python:..."`) goes to the django-q2 workers, and an HTTP worker takes one only when
+it names that action (an HTTP worker that races a django-q2 worker for a job is harmless, since the
+claim is fenced, but each lost race is recorded as a duplicate delivery).
+
+A claim that finds nothing waits up to `wait_seconds` for work to arrive (see `api.waiting`),
+without holding a database connection, and answers 204 if none came.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+
+from api.http import ApiError
+from api.models import ALL, WorkerToken
+from api.waiting import ClaimWaits
+from ledger import services
+from ledger.actions import registered_actions
+
+log = logging.getLogger("reckon.api.claims")
+WAITS = ClaimWaits(limit=lambda: settings.RECKON_CLAIM_WAITS)
+
+
+@dataclass(frozen=True)
+class ClaimScope:
+    actions: frozenset[str]
+    tenants: frozenset[str] | None  # None: every tenant
+
+    def covers(self, tenant: str, action: str) -> bool:
+        return action in self.actions and (self.tenants is None or tenant in self.tenants)
+
+    def __str__(self) -> str:
+        tenants = ", ".join(sorted(self.tenants)) if self.tenants is not None else "every tenant"
+        return f"{', '.join(sorted(self.actions)) or 'no action'} for {tenants}"
+
+
+def claim_scope(token: WorkerToken, *, actions: list[str] | None, tenants: list[str] | None) -> ClaimScope:
+    """The token's scope narrowed by the request; naming what the token may not see is refused."""
+    if actions is not None:
+        refused = sorted({a for a in actions if ALL not in token.actions and a not in token.actions})
+        if refused:
+            raise ApiError(403, "forbidden", f"token {token.prefix}… may not run action(s) {', '.join(refused)}")
+        chosen = frozenset(actions)
+    else:
+        chosen = frozenset(
+            a.name for a in registered_actions() if a.external and (ALL in token.actions or a.name in token.actions)
+        )
+    if tenants is not None:
+        refused = sorted({t for t in tenants if ALL not in token.tenants and t not in token.tenants})
+        if refused:
+            raise ApiError(403, "forbidden", f"token {token.prefix}… may not act for tenant(s) {', '.join(refused)}")
+        return ClaimScope(chosen, frozenset(tenants))
+    return ClaimScope(chosen, None if ALL in token.tenants else frozenset(token.tenants))
+
+
+@dataclass(frozen=True)
+class ClaimAnswer:
+    lease: services.Lease | None
+    retry_after: int | None = None  # set when the server could not hold the wait
+
+
+def claim_next(
+    token: WorkerToken, *, worker: str, scope: ClaimScope, wait_seconds: int, can_wait: bool,
+    client_gone: Callable[[], bool] = lambda: False,
+) -> ClaimAnswer:
+    """Claim the oldest job in scope, waiting up to `wait_seconds` for one to arrive. A claim whose
+    client has hung up while it waited takes nothing (its lease would only run out unused)."""
+
+    def claim() -> services.Lease | None:
+        return services.claim_next_job(worker=worker, actions=scope.actions, tenants=scope.tenants)
+
+    if wait_seconds <= 0:
+        return ClaimAnswer(claim())
+    poll = max(settings.RECKON_CLAIM_POLL_S, 0.1)
+    if not can_wait:  # a single-threaded server: a wait would stop the whole process
+        return ClaimAnswer(claim(), retry_after=_seconds(poll))
+    deadline = time.monotonic() + wait_seconds
+    # Registered before the first look, so that work arriving during it wakes this claim.
+    with WAITS.waiter(scope.covers) as waiter:
+        if waiter is None:  # this process holds its share of waits: look once, come back later
+            return ClaimAnswer(claim(), retry_after=_seconds(poll))
+        first = True
+        while True:
+            waiter.arm()
+            if not first and client_gone():
+                log.debug("claim by %s ends: its client has gone", worker)
+                return ClaimAnswer(None)
+            if not first and not WorkerToken.objects.active().filter(pk=token.pk).exists():
+                raise ApiError(401, "unauthorized", "the token was revoked while the claim waited")
+            lease = claim()
+            remaining = deadline - time.monotonic()
+            if lease is not None or remaining <= 0:
+                return ClaimAnswer(lease)
+            if first:
+                log.debug("claim by %s waits up to %.0f s for %s", worker, remaining, scope)
+                first = False
+            connection.close()  # hold no database connection while waiting
+            waiter.wait(min(remaining, poll))
+
+
+def _seconds(value: float) -> int:
+    return max(1, round(value))
+
+
+def client_gone_from(environ: dict) -> Callable[[], bool]:
+    """Whether the client of this request has closed its connection, for servers that expose the
+    socket (gunicorn: `gunicorn.socket`); elsewhere it never says so. The check peeks at a
+    duplicate of the socket: an end of stream means gone; data, or nothing yet, means still there."""
+    connected = environ.get("gunicorn.socket")
+    if connected is None:
+        return lambda: False
+
+    def gone() -> bool:
+        try:
+            with socket.fromfd(connected.fileno(), connected.family, connected.type) as peek:
+                return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    return gone
+

@@ -1,0 +1,43 @@
+"""A typed client for Reckon's worker API (standard library only).
+
+    from reckon_client import Client
+
+    client = Client("https://reckon.example.com", token="rk_...")
+
+    # Run one side effect under the ledger: enqueue-or-get, claim, begin, record.
+    with client.effect("mail.send", "mail-42", {...}, tenant="acme", worker="mailer-7") as lease:
+        lease.result_ref = send(lease.payload, key=lease.idempotency_key)
+
+    # Or pull work: the oldest claimable job in the token's scope, waiting up to 30 s for one.
+    lease = client.next_lease("mailer-7", actions=["mail.send"], wait_seconds=30)
+    if lease is not None:
+        with lease:                         # renewed in the background while the block runs
+            lease.begin()                   # only now may you touch the outside world
+            lease.succeeded(send(lease.payload, key=lease.idempotency_key))
+
+A webhook reconciler checks that a request comes from Reckon with `verify_webhook` (webhooks.py).
+
+An exception inside a block records what can honestly be said: `unknown` once the side effect
+has begun (the call may have happened), a retryable failure before that.
+"""
+
+from reckon_client.client import Client, Deferred, Lease, ReckonError
+from reckon_client.transport import ReckonUnavailable
+from reckon_client.webhooks import (
+    WEBHOOK_SIGNATURE_HEADER,
+    WebhookSignatureError,
+    sign_webhook,
+    verify_webhook,
+)
+
+__all__ = [
+    "WEBHOOK_SIGNATURE_HEADER",
+    "Client",
+    "Deferred",
+    "Lease",
+    "ReckonError",
+    "ReckonUnavailable",
+    "WebhookSignatureError",
+    "sign_webhook",
+    "verify_webhook",
+]
