@@ -22,9 +22,12 @@ def test_the_tests_run_on_postgresql(django_db_setup, django_db_blocker):
 
     with django_db_blocker.unblock():
         assert connection.vendor == "postgresql"
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version_num")
-            assert int(cursor.fetchone()[0]) >= 150000
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW server_version_num")
+                assert int(cursor.fetchone()[0]) >= 150000
+        finally:
+            connection.close()  # outside a test's transaction: left open, it would keep the test database busy
 
 
 def test_starting_the_running_cluster_again_is_idempotent_and_fast():
