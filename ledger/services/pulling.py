@@ -2,11 +2,13 @@
 
 `claim_next_job` picks the oldest pending job within the given actions and tenants, locks it with
 `FOR UPDATE SKIP LOCKED` (so concurrent callers never pick the same one, and never wait for each
-other), and claims it through `claim_job` itself, in the same transaction: the fencing token, the
-events and every refusal are exactly those of a claim by id. What a claim refuses is never handed
-out: a job whose latest attempt is unknown or blocked is not pending, a job under recovery or held
-by the dead-man gate is skipped, and an irreversible job the closed gate now holds is recorded
-as held (`claim_refused`, `gated_at`) by the claim, after which the next candidate is tried.
+other), and claims it by claim_job's own path, holding the lock: in the ordinary case its database
+function (`reckon_claim`) in the same statement, otherwise `claim_job` itself in the same
+transaction. The fencing token, the events and every refusal are exactly those of a claim by id.
+What a claim refuses is never handed out: a job whose latest attempt is unknown or blocked is not
+pending, a job under recovery or held by the dead-man gate is skipped, and an irreversible job the
+closed gate now holds is recorded as held (`claim_refused`, `gated_at`) by the claim, after which
+the next candidate is tried.
 """
 
 from __future__ import annotations

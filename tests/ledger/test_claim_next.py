@@ -20,7 +20,20 @@ from tests.conftest import event_kinds, latest_attempt, make_job
 from tests.ledger.test_concurrency import run_threads
 from tests.reconciliation.helpers import assert_ledger_clean
 
-pytestmark = pytest.mark.django_db
+# Transactional: claim_next_job is then its own transaction, as in a web request, and takes its
+# one-round-trip path; the `claim_next` fixture also runs each test's claims inside a caller's
+# transaction, where the general path decides.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["own transaction", "in a caller's transaction"])
+def claim_next(request):
+    def claim(**options):
+        if request.param == "own transaction":
+            return services.claim_next_job(**options)
+        with transaction.atomic():
+            return services.claim_next_job(**options)
+    return claim
 
 
 @pytest.fixture
@@ -34,26 +47,26 @@ def external():
         _registry.pop(name, None)
 
 
-def test_it_claims_the_oldest_pending_job_in_scope_with_the_events_of_a_claim(external):
+def test_it_claims_the_oldest_pending_job_in_scope_with_the_events_of_a_claim(external, claim_next):
     for job_id, tenant in (("old", "acme"), ("mid", "beta"), ("new", "acme")):
         make_job(job_id, action="test.ext", tenant=tenant)
     make_job("other-action", action="reckon.echo")
 
-    lease = services.claim_next_job(worker="w1", actions=["test.ext"], tenants=["acme"])
+    lease = claim_next(worker="w1", actions=["test.ext"], tenants=["acme"])
     assert (lease.job_id, lease.owner, lease.token, lease.attempt_number) == ("old", "w1", 1, 1)
     assert event_kinds("old") == ["enqueued", "claimed"]
     claimed = Job.objects.get(job_id="old").events.get(kind="claimed")
     assert claimed.actor == "w1" and claimed.evidence["fencing_token"] == 1
 
-    assert services.claim_next_job(worker="w2", actions=["test.ext"], tenants=["acme"]).job_id == "new"
-    assert services.claim_next_job(worker="w3", actions=["test.ext"], tenants=["acme"]) is None
-    assert services.claim_next_job(worker="w4", actions=["test.ext"]).job_id == "mid"
-    assert services.claim_next_job(worker="w5", actions=[]) is None  # an empty scope holds nothing
+    assert claim_next(worker="w2", actions=["test.ext"], tenants=["acme"]).job_id == "new"
+    assert claim_next(worker="w3", actions=["test.ext"], tenants=["acme"]) is None
+    assert claim_next(worker="w4", actions=["test.ext"]).job_id == "mid"
+    assert claim_next(worker="w5", actions=[]) is None  # an empty scope holds nothing
     assert Job.objects.get(job_id="other-action").status == "pending"
     assert_ledger_clean()
 
 
-def test_an_unknown_attempt_a_recovery_hold_and_a_live_lease_are_never_handed_out(external):
+def test_an_unknown_attempt_a_recovery_hold_and_a_live_lease_are_never_handed_out(external, claim_next):
     make_job("unknown", action="test.ext")
     lease = services.claim_job(job_id="unknown", worker="a")
     services.begin_side_effect(lease=lease)
@@ -64,38 +77,37 @@ def test_an_unknown_attempt_a_recovery_hold_and_a_live_lease_are_never_handed_ou
     hold_for_recovery(window_minutes=30)  # every unfinished job: unknown, running and held
 
     events_before = LedgerEvent.objects.count()
-    assert services.claim_next_job(worker="b", actions=["test.ext"]) is None
+    assert claim_next(worker="b", actions=["test.ext"]) is None
     assert LedgerEvent.objects.count() == events_before  # nothing was even tried
     assert latest_attempt("unknown").execution_state == "unknown"
     assert_ledger_clean()
 
 
-def test_a_retry_is_claimable_again_with_the_next_fencing_token(external):
+def test_a_retry_is_claimable_again_with_the_next_fencing_token(external, claim_next):
     make_job("retry", action="test.ext")
-    lease = services.claim_next_job(worker="a", actions=["test.ext"])
+    lease = claim_next(worker="a", actions=["test.ext"])
     services.record_failure(lease=lease, error="provider said 429", retryable=True)
-    again = services.claim_next_job(worker="b", actions=["test.ext"])
+    again = claim_next(worker="b", actions=["test.ext"])
     assert (again.job_id, again.attempt_number, again.token) == ("retry", 2, 2)
     assert_ledger_clean()
 
 
-def test_the_dead_man_gate_holds_irreversible_work_and_the_next_job_is_claimed(external, settings):
+def test_the_dead_man_gate_holds_irreversible_work_and_the_next_job_is_claimed(external, claim_next, settings):
     settings.RECKON_GATE_BOUND_S = 30  # no loop has completed a pass: the gate is closed
     make_job("irreversible", action="test.ext_irreversible")
     make_job("reversible", action="test.ext")
 
-    lease = services.claim_next_job(worker="w", actions=list(external))
+    lease = claim_next(worker="w", actions=list(external))
     assert lease.job_id == "reversible"
     assert event_kinds("irreversible") == ["enqueued", "claim_refused"]  # as claim_job records it
     held = Job.objects.get(job_id="irreversible")
     assert held.gated_at is not None and held.status == "pending"
     assert held.events.get(kind="claim_refused").evidence == {"reason": "dead_man_gate"}
-    assert services.claim_next_job(worker="w", actions=list(external)) is None  # held until released
+    assert claim_next(worker="w", actions=list(external)) is None  # held until released
     assert event_kinds("irreversible") == ["enqueued", "claim_refused"]
     assert_ledger_clean()
 
 
-@pytest.mark.django_db(transaction=True)
 def test_eight_concurrent_claimers_never_take_one_job_twice(external):
     jobs = [make_job(f"race-{n}", action="test.ext", tenant=("acme", "beta")[n % 2]).job_id for n in range(40)]
 
@@ -118,7 +130,6 @@ def test_eight_concurrent_claimers_never_take_one_job_twice(external):
     assert_ledger_clean()
 
 
-@pytest.mark.django_db(transaction=True)
 def test_jobs_handed_to_workers_notify_on_commit_and_never_on_rollback(external):
     with psycopg.connect(listener_conninfo(), autocommit=True) as listening:
         listening.execute(f"LISTEN {CHANNEL}")

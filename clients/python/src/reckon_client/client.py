@@ -7,10 +7,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
-from reckon_client.transport import Answer, ReckonUnavailable, Transport, decode, json_body
+from reckon_client.transport import Answer, JsonObject, ReckonUnavailable, Transport, decode, json_body
 
 MAX_WAIT_SECONDS = 30  # what the server holds per request; next_lease asks again for longer waits
 
@@ -18,12 +18,12 @@ MAX_WAIT_SECONDS = 30  # what the server holds per request; next_lease asks agai
 class ReckonError(Exception):
     """A refusal from the API: `status`, `code` (e.g. stale_lease), `reason` for claims."""
 
-    def __init__(self, status: int, body: dict):
+    def __init__(self, status: int, body: JsonObject):
         error = body.get("error", {}) if isinstance(body, dict) else {}
         self.status = status
         self.code: str = error.get("code", "http_error")
         self.reason: str = error.get("reason") or ""
-        self.fields: dict = error.get("fields") or {}
+        self.fields: JsonObject = error.get("fields") or {}
         self.body = body
         super().__init__(f"{status} {self.code}: {error.get('message', body)}")
 
@@ -42,7 +42,7 @@ class Client:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    def call(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None,
+    def call(self, method: str, path: str, body: JsonObject | None = None, *, timeout: float | None = None,
              retry_unsent_for: float = 0.0) -> Answer:
         """One API call; a refusal (4xx, 5xx) raises ReckonError, a connection failure ReckonUnavailable."""
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
@@ -62,7 +62,7 @@ class Client:
             raise ReckonError(answer.status, decode(answer.body))
         return answer
 
-    def request(self, method: str, path: str, body: dict | None = None) -> dict:
+    def request(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
         return decode(self.call(method, path, body).body)
 
     def close(self) -> None:
@@ -81,15 +81,15 @@ class Client:
 
     # -- jobs ----------------------------------------------------------------------------------------
 
-    def enqueue(self, job_id: str, *, tenant: str, action: str, payload: dict,
-                identity: dict | None = None) -> dict:
+    def enqueue(self, job_id: str, *, tenant: str, action: str, payload: JsonObject,
+                identity: JsonObject | None = None) -> JsonObject:
         """Create the job, or get it back if it exists with the same work (idempotent on job_id)."""
         body: dict[str, Any] = {"job_id": job_id, "tenant": tenant, "action": action, "payload": payload}
         if identity:
             body["identity"] = identity
         return self.request("POST", "/jobs", body)
 
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str) -> JsonObject:
         return self.request("GET", self._job(job_id))
 
     # -- leases --------------------------------------------------------------------------------------
@@ -129,8 +129,8 @@ class Client:
             if retry_after is not None:
                 time.sleep(min(retry_after, remaining))  # the server could not hold the wait: our turn
 
-    def effect(self, action: str, job_id: str, payload: dict, *, tenant: str, worker: str,
-               identity: dict | None = None) -> Deferred:
+    def effect(self, action: str, job_id: str, payload: JsonObject, *, tenant: str, worker: str,
+               identity: JsonObject | None = None) -> Deferred:
         """Run one side effect under the ledger, as a context manager:
 
             with client.effect("mail.send", "mail-42", {...}, tenant="acme", worker="w1") as lease:
@@ -163,9 +163,9 @@ class Lease:
     before `begin()`, a retryable failure (nothing can have happened).
     """
 
-    def __init__(self, client: Client, granted: dict):
+    def __init__(self, client: Client, granted: JsonObject):
         self.client = client
-        self.job: dict = granted["job"]
+        self.job: JsonObject = granted["job"]
         self.job_id: str = granted["job_id"]
         self.attempt: int = granted["attempt"]
         self.owner: str = granted["owner"]
@@ -183,53 +183,53 @@ class Lease:
 
     @property
     def idempotency_key(self) -> str:
-        return self.job["idempotency_key"]
+        return str(self.job["idempotency_key"])
 
     @property
-    def payload(self) -> dict:
-        return self.job["payload"]
+    def payload(self) -> JsonObject:
+        return dict(self.job["payload"])
 
     @property
     def action(self) -> str:
-        return self.job["action"]
+        return str(self.job["action"])
 
     @property
     def tenant(self) -> str:
-        return self.job["tenant"]
+        return str(self.job["tenant"])
 
-    def _write(self, step: str, **fields: Any) -> dict:
+    def _write(self, step: str, **fields: Any) -> JsonObject:
         body = {"owner": self.owner, "fencing_token": self.fencing_token, **fields}
         answer = self.client.call("POST", Client._job(self.job_id) + f"/lease/{step}", body,
                                   retry_unsent_for=self.client.retry_unsent_for)
         return decode(answer.body)
 
     def renew(self) -> str:
-        self.expires_at = self._write("renew")["expires_at"]
+        self.expires_at = str(self._write("renew")["expires_at"])
         self.renewals += 1
         return self.expires_at
 
-    def verify_identity(self, observed: dict) -> dict:
+    def verify_identity(self, observed: JsonObject) -> JsonObject:
         return self._write("identity", observed=observed)
 
-    def begin(self) -> dict:
+    def begin(self) -> JsonObject:
         """Mark the side effect submitted: only after this may you touch the outside world."""
         answer = self._write("begin")
         self.begun = True
         return answer
 
-    def succeeded(self, result_ref: str = "", evidence: dict | None = None) -> dict:
+    def succeeded(self, result_ref: str = "", evidence: JsonObject | None = None) -> JsonObject:
         self.stop_renewing()
         answer = self._write("success", result_ref=result_ref, evidence=evidence or {})
         self.outcome = "succeeded"
         return answer
 
-    def failed(self, error: str, *, retryable: bool = False, evidence: dict | None = None) -> dict:
+    def failed(self, error: str, *, retryable: bool = False, evidence: JsonObject | None = None) -> JsonObject:
         self.stop_renewing()
         answer = self._write("failure", error=error, retryable=retryable, evidence=evidence or {})
         self.outcome = "failed"
         return answer
 
-    def unknown(self, reason: str, evidence: dict | None = None) -> dict:
+    def unknown(self, reason: str, evidence: JsonObject | None = None) -> JsonObject:
         self.stop_renewing()
         answer = self._write("unknown", reason=reason, evidence=evidence or {})
         self.outcome = "unknown"
@@ -263,7 +263,7 @@ class Lease:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         self.stop_renewing()
         if self.outcome is not None:
             return False
@@ -296,7 +296,7 @@ class Deferred:
         return self.lease.__enter__()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         if self.lease is None:  # entering failed: there is no lease to account for
             return False
         return self.lease.__exit__(exc_type, exc, tb)

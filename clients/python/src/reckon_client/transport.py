@@ -12,7 +12,10 @@ import json
 import select
 import threading
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
+
+JsonObject = dict[str, Any]  # a JSON object, decoded
 
 
 class ReckonUnavailable(ConnectionError):
@@ -106,11 +109,11 @@ def _dropped(connection: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
-def json_body(value: dict | None) -> bytes | None:
+def json_body(value: JsonObject | None) -> bytes | None:
     return None if value is None else json.dumps(value, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> dict:
+def decode(data: bytes) -> JsonObject:
     if not data:
         return {}
     try:
