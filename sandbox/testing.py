@@ -65,17 +65,103 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-class SandboxProcess:
-    def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1",
-                 port: int | None = None, fault_rate: float = 0.0, seed: int | None = None,
-                 startup_timeout: float = 15.0, stop_timeout: float = 5.0):
-        self._tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-sandbox-"))
-        self.db_path = Path(db_path) if db_path else self._tmpdir / "sandbox.sqlite3"
-        self.host, self.port, self._fixed_port = host, port, port is not None
-        self.fault_rate, self.seed = fault_rate, seed
+class ServerProcess:
+    """A server of ours in a child process: launched with a bounded wait until its `/_health`
+    answers from this very process (its pid is in the answer), stopped with SIGTERM then SIGKILL.
+    Subclasses say what to run (`_command`), where its health answers (`health_url`), and what it is."""
+
+    what = "server"
+
+    def __init__(self, db_path: Path, tmpdir: Path | None, *, startup_timeout: float, stop_timeout: float):
+        self._tmpdir, self.db_path = tmpdir, db_path
         self.startup_timeout, self.stop_timeout = startup_timeout, stop_timeout
         self.log_path = self.db_path.with_suffix(".log")
         self.process: subprocess.Popen | None = None
+
+    @property
+    def health_url(self) -> str:
+        raise NotImplementedError
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _launch(self) -> bool:
+        """Start the child; True once it is healthy, False if it died (a port taken meanwhile)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self._command(), cwd=CHECKOUT, env=env, stdout=log,  # nosec B603  # our own server's command line; no shell, no outside input
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._healthy():
+                return True
+            try:
+                self.process.wait(timeout=0.05)  # returns at once if the child died
+                return False
+            except subprocess.TimeoutExpired:
+                continue
+        self.stop(cleanup=False)
+        raise SandboxError(f"the {self.what} did not answer /_health within {self.startup_timeout}s"
+                           f" on {self.health_url}:\n{self._log_tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            response = call(self.health_url, "GET", "/_health", timeout=1.0)
+        except OSError:
+            return False
+        return response.status == 200 and response.json.get("pid") == self.process.pid
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, cleanup: bool = True) -> int | None:
+        """SIGTERM, then SIGKILL after ``stop_timeout``; returns the exit code."""
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(timeout=self.stop_timeout)
+            code = self.process.returncode
+            self.process = None
+        if cleanup and self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        return code
+
+    def restart(self):
+        """Stop and start again on the same store (on the same ports if they are still free)."""
+        self.stop(cleanup=False)
+        return self.start()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+class SandboxProcess(ServerProcess):
+    what = "sandbox"
+
+    def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1",
+                 port: int | None = None, fault_rate: float = 0.0, seed: int | None = None,
+                 startup_timeout: float = 15.0, stop_timeout: float = 5.0):
+        tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-sandbox-"))
+        super().__init__(Path(db_path) if db_path else tmpdir / "sandbox.sqlite3", tmpdir,
+                         startup_timeout=startup_timeout, stop_timeout=stop_timeout)
+        self.host, self.port, self._fixed_port = host, port, port is not None
+        self.fault_rate, self.seed = fault_rate, seed
 
     @property
     def url(self) -> str:
@@ -101,72 +187,16 @@ class SandboxProcess:
                 return self
         raise SandboxError(f"the sandbox did not start on {self.url}:\n{self._log_tail()}")
 
-    def _launch(self) -> bool:
-        command = [sys.executable, "-m", "sandbox.server", "--host", self.host,
-                   "--port", str(self.port), "--db", str(self.db_path),
-                   "--fault-rate", str(self.fault_rate)]
+    @property
+    def health_url(self) -> str:
+        return self.url
+
+    def _command(self) -> list[str]:
+        command = [sys.executable, "-m", "sandbox.server", "--host", self.host, "--port", str(self.port),
+                   "--db", str(self.db_path), "--fault-rate", str(self.fault_rate)]
         if self.seed is not None:
             command += ["--seed", str(self.seed)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT),
-                                                           os.environ.get("PYTHONPATH")]))}
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=log,  # nosec B603  # the sandbox's own command line; no shell, no outside input
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._healthy():
-                return True
-            try:
-                self.process.wait(timeout=0.05)  # returns at once if the child died
-                return False
-            except subprocess.TimeoutExpired:
-                continue
-        self.stop(cleanup=False)
-        raise SandboxError(f"the sandbox did not answer /_health within {self.startup_timeout}s"
-                           f" on {self.url}:\n{self._log_tail()}")
-
-    def _healthy(self) -> bool:
-        try:
-            response = call(self.url, "GET", "/_health", timeout=1.0)
-        except OSError:
-            return False
-        return response.status == 200 and response.json.get("pid") == self.process.pid
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self, cleanup: bool = True) -> int | None:
-        """SIGTERM, then SIGKILL after ``stop_timeout``; returns the exit code."""
-        code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=self.stop_timeout)
-            code = self.process.returncode
-            self.process = None
-        if cleanup and self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-        return code
-
-    def restart(self) -> SandboxProcess:
-        """Stop and start again on the same store (on the same port if it is still free)."""
-        self.stop(cleanup=False)
-        return self.start()
-
-    def __enter__(self) -> SandboxProcess:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
+        return command
 
     # -- client helpers --------------------------------------------------------------------
 

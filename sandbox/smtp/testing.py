@@ -12,30 +12,25 @@ answers from this very process (its pid is in the answer).
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-from sandbox.testing import CHECKOUT, SandboxError, SandboxResponse, call, free_port
+from sandbox.testing import SandboxError, SandboxResponse, ServerProcess, call, free_port
 
 
-class SmtpSandboxProcess:
+class SmtpSandboxProcess(ServerProcess):
+    what = "SMTP sandbox"
+
     def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1", rates: dict | None = None,
                  seed: int | None = None, startup_timeout: float = 15.0, stop_timeout: float = 5.0):
-        self._tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-smtp-sandbox-"))
-        self.db_path = Path(db_path) if db_path else self._tmpdir / "smtp.sqlite3"
+        tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-smtp-sandbox-"))
+        super().__init__(Path(db_path) if db_path else tmpdir / "smtp.sqlite3", tmpdir,
+                         startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.host, self.rates, self.seed = host, rates or {}, seed
         self.smtp_port: int | None = None
         self.http_port: int | None = None
-        self.startup_timeout, self.stop_timeout = startup_timeout, stop_timeout
-        self.log_path = self.db_path.with_suffix(".log")
-        self.process: subprocess.Popen | None = None
 
     @property
     def lookup_url(self) -> str:
@@ -66,75 +61,18 @@ class SmtpSandboxProcess:
                 return self
         raise SandboxError(f"the SMTP sandbox did not start:\n{self._log_tail()}")
 
-    def _launch(self) -> bool:
+    @property
+    def health_url(self) -> str:
+        return self.lookup_url
+
+    def _command(self) -> list[str]:
         command = [sys.executable, "-m", "sandbox.smtp.server", "--host", self.host, "--port", str(self.smtp_port),
                    "--http-port", str(self.http_port), "--db", str(self.db_path)]
         for kind, rate in self.rates.items():
             command += [f"--{kind.replace('_', '-')}-rate", str(rate)]
         if self.seed is not None:
             command += ["--seed", str(self.seed)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=log,  # nosec B603  # the SMTP sandbox's own command line; no shell, no outside input
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._healthy():
-                return True
-            try:
-                self.process.wait(timeout=0.05)  # returns at once if the child died (a port in use)
-                return False
-            except subprocess.TimeoutExpired:
-                continue
-        self.stop(cleanup=False)
-        raise SandboxError(f"the SMTP sandbox did not answer /_health within {self.startup_timeout}s"
-                           f" on {self.lookup_url}:\n{self._log_tail()}")
-
-    def _healthy(self) -> bool:
-        try:
-            response = call(self.lookup_url, "GET", "/_health", timeout=1.0)
-        except OSError:
-            return False
-        return response.status == 200 and response.json.get("pid") == self.process.pid
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self, cleanup: bool = True) -> int | None:
-        """SIGTERM, then SIGKILL after ``stop_timeout``; returns the exit code."""
-        code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=self.stop_timeout)
-            code = self.process.returncode
-            self.process = None
-        if cleanup and self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-        return code
-
-    def restart(self) -> SmtpSandboxProcess:
-        """Stop and start again on the same archive (on the same ports if they are still free)."""
-        self.stop(cleanup=False)
-        return self.start()
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def __enter__(self) -> SmtpSandboxProcess:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
+        return command
 
     # -- the lookup API and the controls --------------------------------------------------
 
