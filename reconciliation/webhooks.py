@@ -22,9 +22,10 @@ import json
 import os
 from urllib.parse import urlsplit
 
+from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_webhook
+
 from ledger.actions import Webhook
 from ledger.models import Attempt, Job
-from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_webhook
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
 
