@@ -30,6 +30,11 @@ from ledger.states import (
     SideEffect,
 )
 
+# A job enqueued while its action was irreversible stays so (Job.policy), whatever the action is
+# declared as now: the dead-man gate's decision about it belongs to the Python path, so the
+# functions leave such a job alone (the actions in p_ttls are those the gate never holds *now*).
+ENQUEUED_IRREVERSIBLE = "coalesce((j.policy ->> 'reversible') = 'false', false)"
+
 
 @dataclass(frozen=True)
 class StepFunction:
@@ -141,7 +146,7 @@ DECLARE
 BEGIN
     SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
     IF NOT FOUND OR j.recovery_pending OR j.status IN ({_sql_list(FINISHED_JOB)})
-       OR NOT p_ttls ? j.action THEN
+       OR NOT p_ttls ? j.action OR {ENQUEUED_IRREVERSIBLE} THEN
         RETURN;
     END IF;
     now_ts := clock_timestamp();
@@ -183,7 +188,7 @@ DECLARE
     now_ts timestamptz;
 BEGIN
     SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
-    IF NOT FOUND OR j.recovery_pending OR NOT p_ttls ? j.action THEN
+    IF NOT FOUND OR j.recovery_pending OR NOT p_ttls ? j.action OR {ENQUEUED_IRREVERSIBLE} THEN
         RETURN;
     END IF;
     now_ts := clock_timestamp();

@@ -21,6 +21,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from ledger import fastpath, services
+from ledger.actions import _registry
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Lease, snapshot, worker
@@ -244,8 +245,11 @@ def _cycle(run: Run, *, by: str = "w1") -> Lease:
     return lease
 
 
-def _vault_job() -> None:
+def _vault_job(*, snapshot: bool = True) -> None:
+    """An irreversible job; without `snapshot`, one enqueued before jobs kept their policy."""
     make_job("j", action="vault.rotate_credential", payload={"name": "db"})
+    if not snapshot:
+        Job.objects.filter(job_id="j").update(policy=None)
 
 
 # The ordinary cases: the functions take the steps.
@@ -345,6 +349,24 @@ def a_claim_after_the_last_attempt_expired(run):
 
 
 @scenario("claim:declined")
+def a_claim_of_a_job_enqueued_irreversible_whose_action_is_declared_reversible_since(run):
+    _vault_job()  # its snapshot says irreversible
+    was = _registry["vault.rotate_credential"]
+    _registry[was.name] = replace(was, reversible=True)  # so the gate would not hold the action now
+    try:
+        with override_settings(RECKON_GATE_BOUND_S=60):  # no sweeper or reconciler pass recorded
+            run.refused(services.claim_job, services.ClaimRefused, ["claim_refused"], job_id="j", worker="w1")
+    finally:
+        _registry[was.name] = was
+
+
+@scenario("claim:declined", "begin:declined", "succeed")
+def a_cycle_of_a_job_enqueued_irreversible_takes_the_python_path_until_its_result(run):
+    _vault_job()
+    _cycle(run)
+
+
+@scenario("claim:declined")
 def a_claim_of_an_irreversible_action_while_the_gate_is_closed(run):
     _vault_job()
     with override_settings(RECKON_GATE_BOUND_S=60):  # no sweeper or reconciler pass recorded
@@ -378,7 +400,7 @@ def a_claim_while_the_previous_attempt_is_unknown(run):
 
 @scenario("claim", "begin", "claim:declined")
 def a_claim_while_an_irreversible_replay_awaits_approval(run):
-    _vault_job()
+    _vault_job(snapshot=False)
     lease = run(services.claim_job, job_id="j", worker="w1")
     run(services.begin_side_effect, lease=lease)
     run(services.record_unknown, lease=lease, reason="timeout")
@@ -461,7 +483,7 @@ def a_begin_before_the_identity_is_verified(run):
 
 @scenario("claim", "begin:declined")
 def a_begin_of_an_irreversible_action_after_the_gate_closed(run):
-    _vault_job()
+    _vault_job(snapshot=False)
     lease = run(services.claim_job, job_id="j", worker="w1")  # the gate is off: the claim is fast
     with override_settings(RECKON_GATE_BOUND_S=60):
         run.refused(services.begin_side_effect, services.GateClosed, ["side_effect_held"], lease=lease)
