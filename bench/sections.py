@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.generate import generate, pending_jobs
 from chaos.world import World, wait_until
-from config.localdb import find_bindir
+from config.localdb import _accepting, find_bindir
 from ledger import services
 from ledger.models import Job
 from ledger.providers import call
@@ -218,16 +218,6 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
     settled = sum(1 for d in decisions if d.applied in ("succeeded", "replayed"))
     return {"webhook_decisions": len(decisions), "webhook_settled": settled,
             "webhook_reconciled_per_s": round(rate, 1)}
-
-
-def _accepting(port: int) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 # --- console at scale and selection cost ---------------------------------------------------

@@ -21,7 +21,14 @@ from django.db import transaction
 
 from ledger.actions import PullReconciler, registered_actions
 from ledger.models import Attempt, Job
-from ledger.services import LedgerError, claim_for_reconciliation, latest_attempt, lock_job, record_refusal
+from ledger.services import (
+    Batch,
+    LedgerError,
+    claim_for_reconciliation,
+    latest_attempt,
+    lock_job,
+    record_refusal,
+)
 from ledger.states import ActorType, EventKind
 from reconciliation.applying import Decision, apply_looks, waiting
 from reconciliation.lookups import Finding, Look
@@ -104,8 +111,6 @@ def _hand_back(job: Job) -> None:
     with transaction.atomic():
         locked = lock_job(job_id=job.job_id)
         if locked.next_check_at == job.next_check_at:
-            from ledger.services import Batch
-
             with Batch() as batch:
                 batch.update_job(locked, next_check_at=job.was_due)
 

@@ -22,23 +22,16 @@ import json
 import os
 from urllib.parse import urlsplit
 
-from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_webhook
+from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook
 
 from ledger.actions import Webhook
 from ledger.models import Attempt, Job
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
 
-SIGNATURE_HEADER = WEBHOOK_SIGNATURE_HEADER
 ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT)
 # How much of an answer that is not JSON the check keeps.
 RAW_ANSWER_LIMIT = 2000
-
-
-# One implementation of the signature, shared with receivers: the Python client's.
-SignatureError = WebhookSignatureError
-sign = sign_webhook
-verify_signature = verify_webhook
 
 
 def request_body(job: Job, attempt: Attempt) -> dict:
@@ -65,7 +58,7 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     secrets = [os.environ.get(name, "") for name in webhook.secret_variables]
     record = {"url": webhook.url, "request": question}
     try:
-        status, raw = _post(webhook, body, sign(body, [s for s in secrets if s]))
+        status, raw = _post(webhook, body, sign_webhook(body, [s for s in secrets if s]))
     except OSError as exc:
         return _unavailable(f"webhook {webhook.url} did not answer: {type(exc).__name__}: {exc}", record)
     except http.client.HTTPException as exc:
@@ -100,7 +93,7 @@ def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes]:
     try:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         connection.request("POST", path, body=body, headers={
-            "Content-Type": "application/json", SIGNATURE_HEADER: signature, "User-Agent": "reckon-reconciler",
+            "Content-Type": "application/json", WEBHOOK_SIGNATURE_HEADER: signature, "User-Agent": "reckon-reconciler",
         })
         response = connection.getresponse()
         return response.status, response.read(1024 * 1024)
