@@ -1,35 +1,35 @@
-"""Reckon's one settings module, driven by environment variables (see .env.example)."""
+"""Reckon's one settings module, driven by environment variables.
+
+Every variable is read through `config.env.setting` (or recorded with `declare` when another
+module reads it), which is what docs/configuration.md and .env.example are generated from
+(`manage.py config_reference`); a test fails when a module reads a variable declared nowhere.
+"""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from config.env import Bool, Float, Int, List, Networks, Str, Url, declare, load_dotenv, setting
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+load_dotenv(BASE_DIR / ".env")
 
-
-def envbool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be a boolean (true/false), got {value!r}")
-
-
-def envint(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+CORE = "Core"
+DATABASE = "Database"
+EMBEDDED = "Embedded PostgreSQL (development)"
+ACTIONS = "Actions"
+WORKERS = "Workers, sweeper and dead-man gate"
+RECONCILIATION = "Reconciliation, approvals and recovery"
+PROVIDERS = "Providers (the demo's actions and the sandboxes)"
+SECURITY = "Security and hardening"
+API = "Worker API"
+EXAMPLES = "The examples' own variables (examples/, read by those programs, not by Reckon)"
+HARNESS = "Fault points, tests and benchmarks"
 
 
 def database_from_url(url: str) -> dict:
@@ -45,10 +45,6 @@ def database_from_url(url: str) -> dict:
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
     }
-
-
-def envlist(name: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
 # Django's own rule for a strong key (check security.W009): at least 50 characters, at least 5
@@ -76,8 +72,8 @@ def secret_key_problem(key: str) -> str | None:
 
 
 # Off unless asked for: `make run` and the tests turn it on; a deployment never has to remember to.
-DEBUG = envbool("RECKON_DEBUG", False)
-SECRET_KEY = os.environ.get("RECKON_SECRET_KEY", "")
+DEBUG = setting("RECKON_DEBUG", False, Bool, "Development mode: debug pages, the development secret key, the embedded database and the demo. Off unless asked for; `make run` and the tests set it. Never in production.", group=CORE)
+SECRET_KEY = setting("RECKON_SECRET_KEY", "", Str, "Signs sessions and CSRF tokens. Required with debug off: at least 50 random characters (`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); published placeholders are refused.", group=CORE, example="change-me")
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
 elif problem := secret_key_problem(SECRET_KEY):
@@ -87,7 +83,7 @@ elif problem := secret_key_problem(SECRET_KEY):
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (For local development, set "
         "RECKON_DEBUG=true instead.)"
     )
-ALLOWED_HOSTS = os.environ.get("RECKON_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+ALLOWED_HOSTS = setting("RECKON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], List, "Comma-separated host names the web server answers to. Set it to your public host name in production.", group=CORE, example="reckon.example.com")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -148,9 +144,14 @@ TEMPLATES = [
     },
 ]
 
-if os.environ.get("DATABASE_URL"):
-    _database = database_from_url(os.environ["DATABASE_URL"])
-elif not DEBUG and not envbool("RECKON_EMBEDDED_DB", False):
+_DATABASE_URL = setting("DATABASE_URL", "", Str, "The PostgreSQL database, `postgresql://user:pass@host:5432/reckon`. "
+                        "Unset: the embedded cluster in .pgdata/ (debug only). Required in production.", group=DATABASE,
+                        example="postgresql://reckon:secret@db.internal:5432/reckon")
+_EMBEDDED_DB = setting("RECKON_EMBEDDED_DB", False, Bool, "Allow the embedded PostgreSQL with debug off (a single-host "
+                       "trial; production sets DATABASE_URL).", group=DATABASE)
+if _DATABASE_URL:
+    _database = database_from_url(_DATABASE_URL)
+elif not DEBUG and not _EMBEDDED_DB:
     raise ImproperlyConfigured(
         "RECKON_DEBUG is false and DATABASE_URL is not set. Set DATABASE_URL=postgresql://user:pass@host:5432/"
         "reckon: the embedded PostgreSQL in .pgdata/ is a development database (RECKON_EMBEDDED_DB=true "
@@ -165,7 +166,7 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
         **_database,
-        "CONN_MAX_AGE": envint("RECKON_CONN_MAX_AGE", 60),
+        "CONN_MAX_AGE": setting("RECKON_CONN_MAX_AGE", 60, Int, "Seconds a web or worker process keeps its database connection (0: one per request). Lower it behind a pooler that limits connections.", group=DATABASE),
         "CONN_HEALTH_CHECKS": True,
         # Which process holds a session, visible in pg_stat_activity.
         "OPTIONS": {
@@ -173,9 +174,9 @@ DATABASES = {
             # Statements bound server-side (only the worker steps' calls; Django binds the rest on
             # the client) are prepared after 5 runs on a connection. RECKON_DB_PREPARE=false turns
             # this off behind a connection pooler that cannot keep prepared statements.
-            "prepare_threshold": 5 if envbool("RECKON_DB_PREPARE", True) else None,
+            "prepare_threshold": 5 if setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21).", group=DATABASE) else None,
         },
-        "TEST": {"NAME": os.environ.get("RECKON_TEST_DATABASE") or None},
+        "TEST": {"NAME": setting("RECKON_TEST_DATABASE", None, Str, "The test database's name (default: test_ plus the database name); the harnesses give each run its own.", group=HARNESS, internal=True)},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -213,9 +214,9 @@ if not STATIC_ROOT.exists():
 Q_CLUSTER = {
     "name": "reckon",
     "orm": "default",
-    "workers": envint("RECKON_Q_WORKERS", 2),
-    "timeout": envint("RECKON_Q_TIMEOUT", 60),
-    "retry": envint("RECKON_Q_RETRY", 90),
+    "workers": setting("RECKON_Q_WORKERS", 2, Int, "Worker processes per django-q2 cluster (`qcluster`). Raise it for more in-process actions at once.", group=WORKERS),
+    "timeout": setting("RECKON_Q_TIMEOUT", 60, Int, "Seconds django-q2 lets one task run before killing it; keep it below RECKON_Q_RETRY.", group=WORKERS),
+    "retry": setting("RECKON_Q_RETRY", 90, Int, "Seconds after which django-q2 delivers an unacknowledged task again (the ledger's fencing makes the duplicate harmless).", group=WORKERS),
     "max_attempts": 5,
     "queue_limit": 4,
     "bulk": 1,
@@ -230,82 +231,71 @@ Q_CLUSTER = {
 # The actions this deployment runs: modules imported at start-up that register them (with
 # `ledger.actions.action` or `register`). `reckon.echo` is always there. Demo mode (RECKON_DEMO=true;
 # `runstack` without --no-demo sets it for its children) adds the demo's actions for the sandbox.
-RECKON_DEMO = envbool("RECKON_DEMO", False)
+RECKON_DEMO = setting("RECKON_DEMO", False, Bool, "Register the demo's actions (sandbox/demo_actions.py) against the sandboxes. `make run` sets it for its children; a deployment leaves it off.", group=ACTIONS)
 RECKON_DEMO_ACTION_MODULE = "sandbox.demo_actions"
-RECKON_ACTION_MODULES = envlist("RECKON_ACTION_MODULES")
+RECKON_ACTION_MODULES = setting("RECKON_ACTION_MODULES", [], List, "Comma-separated Python modules imported at start-up that register your actions.", group=ACTIONS, example="myapp.actions")
 if RECKON_DEMO and RECKON_DEMO_ACTION_MODULE not in RECKON_ACTION_MODULES:
     RECKON_ACTION_MODULES.append(RECKON_DEMO_ACTION_MODULE)
 # The actions file (TOML; ledger/declarations.py): read when it exists; when the variable is set,
 # it must exist.
-RECKON_ACTIONS_FILE_REQUIRED = bool(os.environ.get("RECKON_ACTIONS_FILE"))
-RECKON_ACTIONS_FILE = Path(os.environ.get("RECKON_ACTIONS_FILE") or BASE_DIR / "actions.toml")
+_ACTIONS_FILE = setting("RECKON_ACTIONS_FILE", "", Str, "Your declared actions (TOML). Unset: actions.toml in the project "
+                        "folder, read when it exists; set: the file must exist.", group=ACTIONS,
+                        shown_default="actions.toml", example="actions.toml")
+RECKON_ACTIONS_FILE_REQUIRED = bool(_ACTIONS_FILE)
+RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or BASE_DIR / "actions.toml")
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
-RECKON_SWEEP_INTERVAL = float(os.environ.get("RECKON_SWEEP_INTERVAL", "5"))
+RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)
 # The providers the demo actions call (the sandbox by default; any service with its contract).
-RECKON_SANDBOX_URL = os.environ.get("RECKON_SANDBOX_URL", "http://127.0.0.1:8765").rstrip("/")
-RECKON_BILLING_URL = os.environ.get("RECKON_BILLING_URL", RECKON_SANDBOX_URL).rstrip("/")
-RECKON_MAIL_URL = os.environ.get("RECKON_MAIL_URL", RECKON_SANDBOX_URL).rstrip("/")
-RECKON_PUBLISH_URL = os.environ.get("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL).rstrip("/")
-RECKON_VAULT_URL = os.environ.get("RECKON_VAULT_URL", RECKON_SANDBOX_URL).rstrip("/")
-RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
+RECKON_SANDBOX_URL = setting("RECKON_SANDBOX_URL", "http://127.0.0.1:8765", Url, "The sandbox provider: `make run` serves it on this URL's host and port, and the four provider URLs below default to it. Change it when 8765 is taken.", group=PROVIDERS)
+RECKON_BILLING_URL = setting("RECKON_BILLING_URL", RECKON_SANDBOX_URL, Url, "The billing provider `billing.create_invoice` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
+RECKON_MAIL_URL = setting("RECKON_MAIL_URL", RECKON_SANDBOX_URL, Url, "The mail relay `mail.send` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
+RECKON_PUBLISH_URL = setting("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL, Url, "The publish target `social.publish_post` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
+RECKON_VAULT_URL = setting("RECKON_VAULT_URL", RECKON_SANDBOX_URL, Url, "The vault `vault.rotate_credential` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
+RECKON_PROVIDER_TIMEOUT = setting("RECKON_PROVIDER_TIMEOUT", 10.0, Float, "Seconds a demo action waits for a provider (a timeout is unknown, never failed).", group=PROVIDERS)
 # The SMTP server `smtp.send_mail` sends through, and the API that finds a sent message by its
 # Message-ID (the SMTP sandbox by default; SMTP itself has no read path).
-RECKON_SMTP_HOST = os.environ.get("RECKON_SMTP_HOST", "127.0.0.1")
-RECKON_SMTP_PORT = envint("RECKON_SMTP_PORT", 8025)
-RECKON_SMTP_LOOKUP_URL = os.environ.get("RECKON_SMTP_LOOKUP_URL", "http://127.0.0.1:8026").rstrip("/")
-RECKON_SMTP_FROM = os.environ.get("RECKON_SMTP_FROM", "reckon@localhost")
-RECKON_DEMO_LEASE_TTL = float(os.environ.get("RECKON_DEMO_LEASE_TTL", "30"))
+RECKON_SMTP_HOST = setting("RECKON_SMTP_HOST", "127.0.0.1", Str, "The SMTP server `smtp.send_mail` sends through (`make run` serves the SMTP sandbox there).", group=PROVIDERS)
+RECKON_SMTP_PORT = setting("RECKON_SMTP_PORT", 8025, Int, "Its port (the SMTP sandbox's under `make run`). Change it when 8025 is taken.", group=PROVIDERS)
+RECKON_SMTP_LOOKUP_URL = setting("RECKON_SMTP_LOOKUP_URL", "http://127.0.0.1:8026", Url, "The archive API that finds a sent message by Message-ID (the SMTP sandbox serves it on this port under `make run`).", group=PROVIDERS)
+RECKON_SMTP_FROM = setting("RECKON_SMTP_FROM", "reckon@localhost", Str, "The sender address of mail over SMTP.", group=PROVIDERS)
+RECKON_DEMO_LEASE_TTL = setting("RECKON_DEMO_LEASE_TTL", 30.0, Float, "Lease length (s) of the demo's actions; the failure-injection harness shortens it so recovery takes seconds.", group=PROVIDERS)
 # The dead-man gate: irreversible side effects wait while the sweeper or the reconciler has not
 # completed a pass within this many seconds (0 disables the gate).
-RECKON_GATE_BOUND_S = float(os.environ.get("RECKON_GATE_BOUND_S", "120"))
+RECKON_GATE_BOUND_S = setting("RECKON_GATE_BOUND_S", 120.0, Float, "The dead-man gate: irreversible side effects wait while the sweeper or the reconciler has not completed a pass within this many seconds (0 disables the gate).", group=WORKERS)
 # Queued work unclaimed this long is dispatched again by the sweeper (its delivery was lost).
-RECKON_REDISPATCH_AFTER_S = float(os.environ.get("RECKON_REDISPATCH_AFTER_S", "120"))
+RECKON_REDISPATCH_AFTER_S = setting("RECKON_REDISPATCH_AFTER_S", 120.0, Float, "Queued work unclaimed this many seconds is dispatched again by the sweeper (its delivery was lost).", group=WORKERS)
 # Dispatch run_job to django-q2 when a job is enqueued or reopened.
-RECKON_DISPATCH = envbool("RECKON_DISPATCH", True)
+RECKON_DISPATCH = setting("RECKON_DISPATCH", True, Bool, "Queue an in-process job to django-q2 when it is enqueued or reopened. Off only in measurements that run the worker loop themselves.", group=WORKERS)
 
 # Reconciliation and approvals. A lookup that says nothing definite is retried after
 # base * 2**(n-1) seconds (capped, with jitter); after MAX_CHECKS such looks a human decides.
-RECKON_RECONCILE_BACKOFF_BASE = float(os.environ.get("RECKON_RECONCILE_BACKOFF_BASE", "2"))
-RECKON_RECONCILE_BACKOFF_CAP = float(os.environ.get("RECKON_RECONCILE_BACKOFF_CAP", "300"))
-RECKON_RECONCILE_MAX_CHECKS = envint("RECKON_RECONCILE_MAX_CHECKS", 8)
-RECKON_RECONCILE_BATCH = envint("RECKON_RECONCILE_BATCH", 100)
+RECKON_RECONCILE_BACKOFF_BASE = setting("RECKON_RECONCILE_BACKOFF_BASE", 2.0, Float, "Seconds before asking a provider again after a lookup that said nothing definite; doubles each time.", group=RECONCILIATION)
+RECKON_RECONCILE_BACKOFF_CAP = setting("RECKON_RECONCILE_BACKOFF_CAP", 300.0, Float, "The longest back-off between two lookups of one job (s).", group=RECONCILIATION)
+RECKON_RECONCILE_MAX_CHECKS = setting("RECKON_RECONCILE_MAX_CHECKS", 8, Int, "Inconclusive lookups after which a person decides (`needs_operator`).", group=RECONCILIATION)
+RECKON_RECONCILE_BATCH = setting("RECKON_RECONCILE_BATCH", 100, Int, "Jobs a reconciliation pass claims at once.", group=RECONCILIATION)
 # Provider lookups a reconciliation pass runs at once.
-RECKON_RECONCILE_CONCURRENCY = envint("RECKON_RECONCILE_CONCURRENCY", 4)
+RECKON_RECONCILE_CONCURRENCY = setting("RECKON_RECONCILE_CONCURRENCY", 4, Int, "Provider lookups a reconciler runs at once. Raise it for a slow provider that takes parallel lookups.", group=RECONCILIATION)
 # A claimed job is not due again for this long: longer than the slowest lookup (two calls).
-RECKON_RECONCILE_CLAIM_TTL = float(os.environ.get("RECKON_RECONCILE_CLAIM_TTL", "60"))
-RECKON_RECONCILE_INTERVAL = float(os.environ.get("RECKON_RECONCILE_INTERVAL", "2"))
-RECKON_APPROVAL_TTL_HOURS = float(os.environ.get("RECKON_APPROVAL_TTL_HOURS", "24"))
-RECKON_RECOVERY_WINDOW_MINUTES = envint("RECKON_RECOVERY_WINDOW_MINUTES", 30)
+RECKON_RECONCILE_CLAIM_TTL = setting("RECKON_RECONCILE_CLAIM_TTL", 60.0, Float, "A job a reconciler claimed is not due again for this many seconds: keep it longer than the slowest lookup.", group=RECONCILIATION)
+RECKON_RECONCILE_INTERVAL = setting("RECKON_RECONCILE_INTERVAL", 2.0, Float, "Seconds between passes of `reconcile --loop`.", group=RECONCILIATION)
+RECKON_APPROVAL_TTL_HOURS = setting("RECKON_APPROVAL_TTL_HOURS", 24.0, Float, "Hours an approval request for an irreversible replay stays open before it expires and the job goes back to an operator.", group=RECONCILIATION)
+RECKON_RECOVERY_WINDOW_MINUTES = setting("RECKON_RECOVERY_WINDOW_MINUTES", 30, Int, "`recover` after a restore: how far back (minutes) work is held for a lookup.", group=RECONCILIATION)
 
 # -- Hardening: cookies, headers, limits, login throttling, the worker API and /metrics ---------
-import ipaddress  # here rather than at the top: only the hardening settings use them
-from datetime import timedelta
-
-
-def envnetworks(name: str, default: str) -> list[str]:
-    """A comma-separated list of IP addresses or networks (`10.0.0.5`, `10.0.0.0/8`, `::1`)."""
-    networks = []
-    for item in filter(None, (part.strip() for part in os.environ.get(name, default).split(","))):
-        try:
-            networks.append(str(ipaddress.ip_network(item, strict=False)))
-        except ValueError:
-            raise ValueError(f"{name} must list IP addresses or networks (10.0.0.0/8, ::1), got {item!r}") from None
-    return networks
-
 
 # Secure transport settings switch on with RECKON_DEBUG=false, so that
 # `manage.py check --deploy --fail-level WARNING` is clean in production; each is overridable.
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = envbool("RECKON_SESSION_COOKIE_SECURE", not DEBUG)
-CSRF_COOKIE_SECURE = envbool("RECKON_CSRF_COOKIE_SECURE", not DEBUG)
-SECURE_SSL_REDIRECT = envbool("RECKON_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = setting("RECKON_SESSION_COOKIE_SECURE", not DEBUG, Bool, "Session cookie over HTTPS only.", group=SECURITY, shown_default="true with debug off")
+CSRF_COOKIE_SECURE = setting("RECKON_CSRF_COOKIE_SECURE", not DEBUG, Bool, "CSRF cookie over HTTPS only.", group=SECURITY, shown_default="true with debug off")
+SECURE_SSL_REDIRECT = setting("RECKON_SSL_REDIRECT", not DEBUG, Bool, "Redirect plain HTTP to HTTPS (not /healthz and /metrics). Turn it off only when something else redirects.", group=SECURITY, shown_default="true with debug off")
 # Probes and Prometheus scrape over plain HTTP on the host itself.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
-SECURE_HSTS_SECONDS = envint("RECKON_HSTS_SECONDS", 0 if DEBUG else 31536000)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("RECKON_HSTS_INCLUDE_SUBDOMAINS", True)
-SECURE_HSTS_PRELOAD = envbool("RECKON_HSTS_PRELOAD", True)
-if envbool("RECKON_BEHIND_TLS_PROXY", False):  # the proxy terminates TLS and sets X-Forwarded-Proto
+SECURE_HSTS_SECONDS = setting("RECKON_HSTS_SECONDS", 0 if DEBUG else 31536000, Int, "Strict-Transport-Security max-age.", group=SECURITY, shown_default="31536000 with debug off, 0 with debug on")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = setting("RECKON_HSTS_INCLUDE_SUBDOMAINS", True, Bool, "HSTS includeSubDomains. Turn off when a subdomain still serves plain HTTP.", group=SECURITY)
+SECURE_HSTS_PRELOAD = setting("RECKON_HSTS_PRELOAD", True, Bool, "HSTS preload.", group=SECURITY)
+if setting("RECKON_BEHIND_TLS_PROXY", False, Bool, "A proxy in front terminates TLS and sets X-Forwarded-Proto: trust it for the scheme.", group=SECURITY):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -323,30 +313,30 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     }
 }
-DATA_UPLOAD_MAX_MEMORY_SIZE = envint("RECKON_MAX_REQUEST_BYTES", 1024 * 1024)
-RECKON_API_MAX_BODY_BYTES = envint("RECKON_API_MAX_BODY_BYTES", 256 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = setting("RECKON_MAX_REQUEST_BYTES", 1024 * 1024, Int, "The largest request body the console accepts (bytes).", group=SECURITY)
+RECKON_API_MAX_BODY_BYTES = setting("RECKON_API_MAX_BODY_BYTES", 256 * 1024, Int, "The largest worker API request body (bytes; larger: 413).", group=API)
 # Workers waiting for work (POST /api/v1/claims with wait_seconds): a waiting claim holds no
 # database connection, but it occupies one server thread for its wait, so each web process holds
 # at most RECKON_CLAIM_WAITS of them (keep it below gunicorn's --threads, leaving threads for the
 # console and the lease writes); beyond that, and under a single-threaded server, a claim answers
 # at once (204, Retry-After). A waiting claim is woken by a NOTIFY when work arrives, and looks
 # again every RECKON_CLAIM_POLL_S seconds in case a wake-up was lost.
-RECKON_CLAIM_WAITS = envint("RECKON_CLAIM_WAITS", 2)
-RECKON_CLAIM_POLL_S = float(os.environ.get("RECKON_CLAIM_POLL_S", "5"))
+RECKON_CLAIM_WAITS = setting("RECKON_CLAIM_WAITS", 2, Int, "Waiting claims (`POST /api/v1/claims` with wait_seconds) each web process holds; keep it below gunicorn's --threads.", group=API)
+RECKON_CLAIM_POLL_S = setting("RECKON_CLAIM_POLL_S", 5.0, Float, "A waiting claim looks again this often (s), in case a wake-up was lost.", group=API)
 # The reverse proxies / load balancers in front of the web processes (addresses or networks).
 # When the direct peer is one of them, the client address is taken from X-Forwarded-For (the
 # rightmost hop that is not itself a trusted proxy); from any other peer X-Forwarded-For is
 # ignored. The login throttle and the /metrics allow-list key on that address
 # (config.hardening.client_address). Empty: the direct peer is the client.
-RECKON_TRUSTED_PROXIES = envnetworks("RECKON_TRUSTED_PROXIES", "")
+RECKON_TRUSTED_PROXIES = setting("RECKON_TRUSTED_PROXIES", [], Networks, "The proxies / load balancers in front (addresses or networks); X-Forwarded-For is read only from them. Set it behind a proxy, or every client shares the proxy's address.", group=SECURITY, example="10.0.0.0/8")
 # Login throttling (django-axes, on /accounts/login/ and /admin/login/ alike). Failures count per
 # (username, client address) pair, the username normalised as Django does (NFKC) and case-folded;
 # LIMIT failures lock that pair until WINDOW seconds pass without another try, and a success
 # clears its count. Another address or another username is not held up, so nobody can lock a
 # colleague out from elsewhere. Attempts are rows in PostgreSQL: the limit holds across web
 # processes and hosts.
-RECKON_LOGIN_FAILURE_LIMIT = envint("RECKON_LOGIN_FAILURE_LIMIT", 5)
-RECKON_LOGIN_FAILURE_WINDOW = envint("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60)
+RECKON_LOGIN_FAILURE_LIMIT = setting("RECKON_LOGIN_FAILURE_LIMIT", 5, Int, "Failed log-ins per username and client address before that pair is locked out.", group=SECURITY)
+RECKON_LOGIN_FAILURE_WINDOW = setting("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60, Int, "Seconds without another try until a lock-out lifts.", group=SECURITY)
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = RECKON_LOGIN_FAILURE_LIMIT
@@ -357,16 +347,48 @@ AXES_LOCKOUT_CALLABLE = "config.hardening.locked_out"
 AXES_RESET_ON_SUCCESS = True
 # /metrics: with RECKON_DEBUG=false it needs this bearer token *and* an allowed client address
 # (without a token it answers 403 saying so); in debug, either one opens it.
-RECKON_METRICS_TOKEN = os.environ.get("RECKON_METRICS_TOKEN", "")
-RECKON_METRICS_ALLOW = envnetworks("RECKON_METRICS_ALLOW", "127.0.0.1,::1")
+RECKON_METRICS_TOKEN = setting("RECKON_METRICS_TOKEN", "", Str, "Bearer token for /metrics; required with debug off (without it /metrics answers 403).", group=SECURITY, example="long-random-string")
+RECKON_METRICS_ALLOW = setting("RECKON_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"], Networks, "Client addresses or networks that may read /metrics.", group=SECURITY, shown_default="127.0.0.1,::1")
 # -- end of hardening ----------------------------------------------------------------------------
 
+RECKON_LOG_LEVEL = setting("RECKON_LOG_LEVEL", "INFO", Str, "Level of Reckon's own log (DEBUG, INFO, WARNING, …).",
+                           group=CORE)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "reckon": {"handlers": ["console"], "level": os.environ.get("RECKON_LOG_LEVEL", "INFO")},
+        "reckon": {"handlers": ["console"], "level": RECKON_LOG_LEVEL},
     },
 }
+
+# Read outside this module (by programs that may run without the settings), declared here so that
+# the reference lists them and the test can hold every read to a declaration.
+declare("RECKON_PG_BINDIR", "", "The folder holding initdb and pg_ctl when they are neither on PATH nor under "
+        "/usr/lib/postgresql/<version>/bin (config/localdb.py).", group=EMBEDDED)
+declare("RECKON_PGDATA_DIR", ".pgdata", "Where the embedded cluster lives (as root, when `postgres` cannot enter the "
+        "checkout: /var/tmp/reckon-pgdata-<hash>).", group=EMBEDDED)
+declare("RECKON_PG_PORT", "", "The embedded cluster's port. Unset: one derived from its folder (20000–29999), so "
+        "two checkouts do not collide.", group=EMBEDDED, shown_default="derived from the folder")
+declare("RECKON_FAULT_POINT", "", "Arms a named fault point in a worker (ledger/faults.py): the worker stops itself "
+        "there with SIGSTOP.", group=HARNESS, internal=True)
+declare("RECKON_FAULT_JOBS", "", "Comma-separated job ids (a trailing * matches a prefix) the armed point fires for.",
+        group=HARNESS, internal=True)
+declare("RECKON_FAULT_DIR", "", "A folder of the run's own where fired fault points are recorded.", group=HARNESS,
+        internal=True)
+declare("RECKON_URL", "http://127.0.0.1:8000", "Reckon's address for the example workers and the README's samples.",
+        group=EXAMPLES)
+declare("RECKON_API_TOKEN", "", "The worker token the example workers send (`manage.py worker_token create`).",
+        group=EXAMPLES)
+declare("RECKON_WEBHOOK_SECRET", "", "examples/webhook_receiver.py: the secret it verifies Reckon's signature with.",
+        group=EXAMPLES)
+declare("RECKON_WEBHOOK_SECRET_OLD", "", "examples/webhook_receiver.py: the previous secret, accepted during a "
+        "rotation.", group=EXAMPLES)
+declare("PROVIDER_URL", "http://127.0.0.1:8765", "examples/webhook_receiver.py: the provider it asks.", group=EXAMPLES)
+declare("RECKON_TEST_LOGS", "/tmp", "Where the tests' server processes write their logs (tests/processes.py).",
+        group=HARNESS, internal=True)
+declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, named in its webhook action's "
+        "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
+declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,
+        internal=True)
