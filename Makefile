@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV := RECKON_DEBUG=true
+# The console's port: `make run PORT=8001`. The sandboxes follow RECKON_SANDBOX_URL, RECKON_SMTP_PORT
+# and RECKON_SMTP_LOOKUP_URL (docs/configuration.md).
+PORT ?= 8000
 
 .PHONY: run test bandit check bench chaos clean-db
 
@@ -19,7 +22,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(DEV) RECKON_DEMO=true $(BIN)/python manage.py runstack
+	$(DEV) RECKON_DEMO=true $(BIN)/python manage.py runstack --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,8 +1,11 @@
-"""An external worker speaking only HTTP: it runs `mail.send` jobs through Reckon's API.
+"""An external worker speaking only HTTP: it runs mail jobs through Reckon's API.
 
     python examples/http_worker.py --api http://127.0.0.1:8000 --token rk_... \\
         --mail http://127.0.0.1:8765 mail-1 mail-2 ...      (or job ids on stdin with "-")
 
+Its jobs are `mail.external`'s (`--action`), an external action: beside `make run` no django-q2
+worker takes them, so what this worker reports is what it did. A job it was given that someone
+else finished is reported as such ("finished elsewhere"), never as its own success.
 For each job it is told about: claim, begin, send with the job's idempotency key and marker,
 record what it can prove. It keeps polling jobs that are still pending (a retry was queued,
 or another worker holds a live lease) until each is finished or waiting on a human.
@@ -24,6 +27,7 @@ from urllib.parse import urlsplit
 from reckon_client import Client, Lease, ReckonError
 
 STILL_TO_RUN = ("pending", "running")
+FINISHED = ("succeeded", "failed", "cancelled")
 
 
 class ProviderSaidNothing(Exception):
@@ -70,11 +74,11 @@ def send_mail(mail_url: str, lease: Lease, timeout: float) -> None:
         raise ProviderSaidNothing(f"{response.status} from the mail provider")
 
 
-def run_once(client: Client, job_id: str, *, worker: str, mail_url: str, timeout: float) -> str:
+def run_once(client: Client, job_id: str, *, worker: str, action: str, mail_url: str, timeout: float) -> str:
     try:
         with client.claim(job_id, worker=worker) as lease:
-            if lease.job["action"] != "mail.send":
-                lease.failed(f"this worker only runs mail.send, not {lease.job['action']}")
+            if lease.job["action"] != action:
+                lease.failed(f"this worker only runs {action}, not {lease.job['action']}")
                 return "failed"
             lease.begin()
             send_mail(mail_url, lease, timeout)
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api", required=True, help="Reckon's base URL")
     parser.add_argument("--token", default=os.environ.get("RECKON_API_TOKEN", ""))
     parser.add_argument("--mail", required=True, help="the mail provider's base URL")
+    parser.add_argument("--action", default="mail.external", help="the action it runs (mail.external)")
     parser.add_argument("--worker", default=f"http-worker:{socket.gethostname()}:{os.getpid()}")
     parser.add_argument("--deadline", type=float, default=60.0, help="give up after this many seconds")
     parser.add_argument("--poll", type=float, default=0.2, help="seconds between rounds over pending jobs")
@@ -101,14 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     job_ids = [line.strip() for line in sys.stdin if line.strip()] if args.jobs == ["-"] else args.jobs
 
     client = Client(args.api, args.token)
-    waiting, unseen, deliveries = list(dict.fromkeys(job_ids)), [], 0
+    waiting, unseen, deliveries, ran_here = list(dict.fromkeys(job_ids)), [], 0, set()
     give_up = time.monotonic() + args.deadline
     while waiting and time.monotonic() < give_up:
         still = []
         for job_id in waiting:
             deliveries += 1
             outcome = run_once(
-                client, job_id, worker=f"{args.worker}:{deliveries}", mail_url=args.mail, timeout=args.timeout
+                client, job_id, worker=f"{args.worker}:{deliveries}", action=args.action, mail_url=args.mail,
+                timeout=args.timeout,
             )
             try:
                 status = client.job(job_id)["status"]
@@ -116,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"job_id": job_id, "outcome": outcome, "error": str(refused)}), flush=True)
                 unseen.append(job_id)
                 continue
-            print(json.dumps({"job_id": job_id, "outcome": outcome, "status": status}), flush=True)
+            line = {"job_id": job_id, "outcome": outcome, "status": status}
+            if outcome.startswith("refused:") and status in FINISHED and job_id not in ran_here:
+                line["note"] = "finished elsewhere: nothing ran here"
+            elif not outcome.startswith("refused:"):
+                ran_here.add(job_id)
+            print(json.dumps(line), flush=True)
             if status in STILL_TO_RUN:
                 still.append(job_id)
         waiting = still

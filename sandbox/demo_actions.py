@@ -1,5 +1,6 @@
 """The demo actions: four against the sandbox provider (or any provider with the same contract),
-and mail over SMTP against any SMTP server (the SMTP sandbox in the demo and the tests).
+mail over SMTP against any SMTP server (the SMTP sandbox in the demo and the tests), and
+`mail.external`, the sandbox's mail sent by external workers over HTTP.
 
 Registered when this module is imported: demo mode (RECKON_DEMO=true) and the tests name it in
 RECKON_ACTION_MODULES; a deployment names its own modules instead.
@@ -18,7 +19,7 @@ from urllib.parse import quote
 from django.conf import settings
 
 from ledger import smtp
-from ledger.actions import Failed, Outcome, Succeeded, Unknown, action
+from ledger.actions import Action, Failed, Outcome, Succeeded, Unknown, action, register
 from ledger.models import Job
 from ledger.providers import NoAnswer, NotSent, Reply, call
 
@@ -78,6 +79,13 @@ def send_mail(job: Job) -> Outcome:
     p = job.payload
     body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
     return _send(job, "POST", f"{settings.RECKON_MAIL_URL}/messages", body, result_field="message_id")
+
+
+# The same mail, sent by a worker of your own over HTTP (the README's "An external worker over
+# HTTP", examples/http_worker.py): an external action is never queued to django-q2, so beside
+# `make run` the stack's own workers leave its jobs to yours. Reconciled like mail.send, by marker.
+register(Action("mail.external", executor=None, queryable=True, lease_ttl=LEASE_TTL,
+                reconciler="reconciliation.reconcilers.mail", source=f"module {__name__}"))
 
 
 def observe_profile(job: Job) -> dict:

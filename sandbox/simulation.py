@@ -26,6 +26,9 @@ class Workload:
     fault_rate: float
     tenants: int = 3
     mismatch_rate: float = 0.1
+    # Every Nth mail.send job (the first one included) goes to a malformed address, which the
+    # provider refuses with a 400: failed work, as a typo in production makes it. 0: none.
+    bad_address_every: int = 0
     seed: int | None = None
     prefix: str = "sim"
     smtp: bool = False
@@ -86,15 +89,17 @@ def _tenants(count: int) -> list[str]:
 
 
 def job_spec(n: int, rng: random.Random, *, tenant: str, mismatch_rate: float,
-             actions: tuple[str, ...] = ACTIONS) -> tuple[str, dict, dict]:
+             actions: tuple[str, ...] = ACTIONS, bad_address_every: int = 0) -> tuple[str, dict, dict]:
     action = actions[n % len(actions)]
     if action == "billing.create_invoice":
         payload = {"customer": f"cus_{tenant}_{rng.randint(1, 99):02d}", "amount_cents": rng.randint(500, 250_000),
                    "currency": rng.choice(["EUR", "USD", "GBP"]), "description": "Monthly plan"}
         return action, payload, {}
     if action in ("mail.send", SMTP_ACTION):
-        payload = {"to": f"customer{rng.randint(1, 500)}@{tenant}.example", "subject": "Your receipt",
-                   "body": f"Thank you for your order #{rng.randint(1000, 9999)}."}
+        to = f"customer{rng.randint(1, 500)}@{tenant}.example"
+        if action == "mail.send" and bad_address_every and (n // len(actions)) % bad_address_every == 0:
+            to = to.replace("@", " at ")
+        payload = {"to": to, "subject": "Your receipt", "body": f"Thank you for your order #{rng.randint(1000, 9999)}."}
         return action, payload, {}
     if action == "social.publish_post":
         profile = f"{tenant}-switched" if rng.random() < mismatch_rate else f"{tenant}-social"
@@ -116,7 +121,7 @@ def run(workload: Workload) -> list[str]:
     for n in range(workload.jobs):
         tenant = tenants[n % len(tenants)]
         action, payload, identity = job_spec(n, rng, tenant=tenant, mismatch_rate=workload.mismatch_rate,
-                                             actions=actions)
+                                             actions=actions, bad_address_every=workload.bad_address_every)
         job = enqueue_job(job_id=f"{workload.prefix}-{n:05d}", tenant=tenant, action=action, payload=payload,
                           identity=identity, actor="simulate")
         workload.enqueued.append(job.job_id)

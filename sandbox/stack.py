@@ -39,7 +39,7 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
                                 "--db", str(Path(settings.BASE_DIR) / ".sandbox" / "demo-smtp.sqlite3")]),
     ]
     workload = Child("workload", manage + ["simulate", "--jobs", "24", "--fault-rate", "0.25", "--mismatch-rate",
-                                           "0.3", "--every", "45", "--smtp"])
+                                           "0.3", "--bad-address-every", "3", "--every", "45", "--smtp"])
     return (providers if demo else []) + [
         Child(
             "web",

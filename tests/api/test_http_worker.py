@@ -1,4 +1,4 @@
-"""External worker processes, speaking only HTTP, run mail.send jobs against the real sandbox."""
+"""External worker processes, speaking only HTTP, run mail.external jobs against the real sandbox."""
 
 import json
 import subprocess
@@ -47,12 +47,12 @@ def _finish(process: subprocess.Popen) -> list[dict]:
 
 
 def test_two_http_workers_send_each_message_exactly_once(live_server, provider):
-    token = issue(["acme"], ["mail.send"], name="mailer")
+    token = issue(["acme"], ["mail.external"], name="mailer")
     jobs = [f"mail-{n}" for n in range(6)]
     for job_id in jobs:
-        services.enqueue_job(job_id=job_id, tenant="acme", action="mail.send", payload=MAIL)
+        services.enqueue_job(job_id=job_id, tenant="acme", action="mail.external", payload=MAIL)
     services.enqueue_job(
-        job_id="mail-bad", tenant="acme", action="mail.send", payload={**MAIL, "to": "nobody"}
+        job_id="mail-bad", tenant="acme", action="mail.external", payload={**MAIL, "to": "nobody"}
     )
 
     workers = [_worker(live_server, provider, token, [*jobs, "mail-bad"], name) for name in ("left", "right")]
@@ -65,29 +65,39 @@ def test_two_http_workers_send_each_message_exactly_once(live_server, provider):
         assert provider.effects(key=job.idempotency_key)["count"] == 1
         assert job.attempts.get().result_ref.endswith("@sandbox.local>")  # the Message-ID
     assert Job.objects.get(job_id="mail-bad").status == "failed"
-    assert provider.effects(marker="mail.send:mail-bad")["count"] == 0
+    assert provider.effects(marker="mail.external:mail-bad")["count"] == 0
     assert provider.effects()["duplicate_keys"] == []
 
 
+def test_a_job_someone_else_finished_is_reported_as_not_run_here(live_server, provider):
+    token = issue(["acme"], ["mail.external"], name="mailer")
+    services.enqueue_job(job_id="mail-done", tenant="acme", action="mail.external", payload=MAIL)
+    assert _finish(_worker(live_server, provider, token, ["mail-done"], "first"))[-1]["outcome"] == "succeeded"
+    late = _finish(_worker(live_server, provider, token, ["mail-done"], "second"))
+    assert late[-1]["outcome"].startswith("refused:") and late[-1]["status"] == "succeeded"
+    assert late[-1]["note"] == "finished elsewhere: nothing ran here"
+    assert provider.effects(marker="mail.external:mail-done")["count"] == 1
+
+
 def test_a_dropped_response_is_unknown_and_never_sent_again(live_server, provider):
-    token = issue(["acme"], ["mail.send"], name="mailer")
-    services.enqueue_job(job_id="mail-drop", tenant="acme", action="mail.send", payload=MAIL)
+    token = issue(["acme"], ["mail.external"], name="mailer")
+    services.enqueue_job(job_id="mail-drop", tenant="acme", action="mail.external", payload=MAIL)
     status, _, body = provider.request("PUT", "/_admin/faults", {"rates": {"drop_after_commit": 1.0}})
     assert status == 200, body
 
     lines = _finish(_worker(live_server, provider, token, ["mail-drop"], "dropper"))
     assert lines[-1] == {"job_id": "mail-drop", "outcome": "unknown", "status": "needs_reconciliation"}
-    assert provider.effects(marker="mail.send:mail-drop")["count"] == 1
+    assert provider.effects(marker="mail.external:mail-drop")["count"] == 1
 
     provider.request("PUT", "/_admin/faults", {"rates": {"drop_after_commit": 0.0}})
     again = _finish(_worker(live_server, provider, token, ["mail-drop"], "retrier"))
-    assert again[-1]["outcome"] == "refused:previous_attempt_unknown"
-    assert provider.effects(marker="mail.send:mail-drop")["count"] == 1
+    assert again[-1]["outcome"] == "refused:previous_attempt_unknown" and "note" not in again[-1]
+    assert provider.effects(marker="mail.external:mail-drop")["count"] == 1
 
 
 def test_a_worker_with_the_wrong_scope_touches_nothing(live_server, provider):
-    token = issue(["beta"], ["mail.send"], name="beta-mailer")
-    services.enqueue_job(job_id="mail-acme", tenant="acme", action="mail.send", payload=MAIL)
+    token = issue(["beta"], ["mail.external"], name="beta-mailer")
+    services.enqueue_job(job_id="mail-acme", tenant="acme", action="mail.external", payload=MAIL)
     process = _worker(live_server, provider, token, ["mail-acme"], "outsider")
     out, err = process.communicate(timeout=60)
     assert process.returncode == 1, err
@@ -95,4 +105,4 @@ def test_a_worker_with_the_wrong_scope_touches_nothing(live_server, provider):
     # Another tenant's job is no job to this worker: the same 404 as an id nobody used.
     assert line["outcome"] == "refused:not_found" and line["error"] == "404 not_found: no such job"
     assert Job.objects.get(job_id="mail-acme").status == "pending"
-    assert provider.effects(marker="mail.send:mail-acme")["count"] == 0
+    assert provider.effects(marker="mail.external:mail-acme")["count"] == 0

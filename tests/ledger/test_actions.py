@@ -15,7 +15,8 @@ from tests.processes import database_url_of_tests, manage, production_env
 REGISTRY = ["shell", "-c", "import json, sys; from ledger.actions import registered_actions; "
             "print(json.dumps({'actions': [a.name for a in registered_actions()], "
             "'demo_imported': 'sandbox.demo_actions' in sys.modules}))"]
-DEMO = {"billing.create_invoice", "mail.send", "social.publish_post", "vault.rotate_credential", "smtp.send_mail"}
+DEMO = {"billing.create_invoice", "mail.send", "social.publish_post", "vault.rotate_credential", "smtp.send_mail",
+        "mail.external"}
 
 
 def _registry_of_a_process(**env) -> dict:

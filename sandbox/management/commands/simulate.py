@@ -23,6 +23,8 @@ class Command(BaseCommand):
         parser.add_argument("--tenants", type=int, default=3)
         parser.add_argument("--mismatch-rate", type=float, default=0.1,
                             help="share of social posts whose profile is logged into another account")
+        parser.add_argument("--bad-address-every", type=int, default=0,
+                            help="every Nth mail.send job goes to a malformed address the provider refuses (failed)")
         parser.add_argument("--seed", type=int)
         parser.add_argument("--prefix", help="job id prefix (default: sim-<timestamp>)")
         parser.add_argument("--every", type=float, default=0,
@@ -32,9 +34,10 @@ class Command(BaseCommand):
         parser.add_argument("--wait", type=float, default=0,
                             help="wait up to N seconds for the batch to settle and print throughput")
 
-    def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, seed, prefix, every, wait, smtp, **options):
-        if jobs < 1 or not 0 <= fault_rate <= 1 or not 0 <= mismatch_rate <= 1 or tenants < 1:
-            raise CommandError("--jobs and --tenants must be positive; rates must be between 0 and 1")
+    def handle(self, *args, jobs, fault_rate, tenants, mismatch_rate, bad_address_every, seed, prefix, every, wait, smtp, **options):
+        if jobs < 1 or not 0 <= fault_rate <= 1 or not 0 <= mismatch_rate <= 1 or tenants < 1 or bad_address_every < 0:
+            raise CommandError("--jobs and --tenants must be positive, --bad-address-every not negative; rates must be "
+                               "between 0 and 1")
         if settings.RECKON_DEMO_ACTION_MODULE not in settings.RECKON_ACTION_MODULES:
             raise CommandError("the workload is made of the demo's actions, which are not registered here: set "
                                "RECKON_DEMO=true, for this command and for the workers that will run the jobs")
@@ -42,7 +45,7 @@ class Command(BaseCommand):
             batch_prefix = prefix or f"sim-{timezone.now():%Y%m%d-%H%M%S}"
             started = time.monotonic()
             job_ids = run(Workload(jobs=jobs, fault_rate=fault_rate, tenants=tenants, mismatch_rate=mismatch_rate,
-                                   seed=seed, prefix=batch_prefix, smtp=smtp))
+                                   bad_address_every=bad_address_every, seed=seed, prefix=batch_prefix, smtp=smtp))
             self.stdout.write(f"enqueued {len(job_ids)} jobs ({batch_prefix}-*) at fault rate {fault_rate}")
             if wait:
                 self._report(batch_prefix, started, wait)
