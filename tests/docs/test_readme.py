@@ -1,0 +1,295 @@
+"""The README is executable: every fenced block says how it is checked, and is.
+
+The convention: the line before each fenced block is `<!-- check: KIND -->`, one of
+
+- `run`: a shell block, run in bash (`set -euo pipefail`) in README order, in one shell whose
+  exported variables carry from block to block (what a user's terminal keeps), in a scratch
+  folder that links the checkout's files (so actions.toml and outbox/ stay out of the checkout).
+  The block that is exactly `make run` starts a real `make run PORT=<free port>` there, with the
+  environment the blocks exported, on the test database, the sandboxes moved off their ports by
+  their settings (as the README tells a user whose ports are taken); the README's
+  http://127.0.0.1:8000 becomes that port.
+- `output`: what the `run` block before it prints, compared exactly.
+- `make-targets`: each line's `make TARGET` exists, and `make test` runs what the line says.
+- `actions-toml`: every action in it goes through the declarations loader.
+- `python-action`: executed; it must register its action.
+- `python-webhook`: the handler, called with requests signed the way Reckon signs them.
+- `diagram`: every function, state and file it names exists in the code.
+- `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
+
+A block with no check, or an unknown one, fails the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import tomllib
+from dataclasses import dataclass
+
+import pytest
+
+from chaos.management.commands.chaos import table as chaos_table
+from chaos.scenarios import SCENARIOS
+from ledger.actions import _registry, get_action
+from ledger.declarations import parse_action
+from ledger.models import Job
+from tests.processes import ROOT, database_url_of_tests, free_port, wait_for
+from tests.reconciliation.helpers import assert_ledger_clean
+
+README = ROOT / "README.md"
+README_URL = "http://127.0.0.1:8000"
+CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
+KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "chaos-table"}
+STATE = "reckon-readme-state.sh"
+# What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
+LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int
+    info: str
+    text: str
+    check: str | None
+
+
+def readme_blocks() -> list[Block]:
+    lines = README.read_text().splitlines()
+    found, index = [], 0
+    while index < len(lines):
+        if lines[index].startswith("```"):
+            end = lines.index("```", index + 1)
+            check = CHECK.match(lines[index - 1])
+            found.append(Block(index + 1, lines[index][3:].strip(), "\n".join(lines[index + 1:end]) + "\n",
+                               check.group(1) if check else None))
+            index = end + 1
+        else:
+            index += 1
+    return found
+
+
+def of_kind(kind: str) -> list[Block]:
+    return [block for block in readme_blocks() if block.check == kind]
+
+
+def run_steps() -> list[tuple[Block, str | None]]:
+    """Each `run` block with the output the README shows for it (None: not shown)."""
+    blocks = readme_blocks()
+    return [(block, blocks[i + 1].text if i + 1 < len(blocks) and blocks[i + 1].check == "output" else None)
+            for i, block in enumerate(blocks) if block.check == "run"]
+
+
+def test_every_block_says_how_it_is_checked():
+    blocks = readme_blocks()
+    assert len(blocks) > 15
+    unchecked = [f"README.md:{b.line} ({b.info or 'no language'})" for b in blocks if b.check not in KINDS]
+    assert unchecked == [], f"add `<!-- check: KIND -->` before these blocks ({', '.join(sorted(KINDS))})"
+    for index, block in enumerate(blocks):
+        if block.check == "output":
+            assert blocks[index - 1].check == "run", f"README.md:{block.line}: an output follows a run block"
+        if block.check == "run":
+            assert block.info == "sh", f"README.md:{block.line}: a run block is sh"
+    assert [b.text.strip() for b, _ in run_steps()].count("make run") == 1
+
+
+def test_the_make_targets_exist_and_make_test_runs_what_the_readme_says():
+    makefile = (ROOT / "Makefile").read_text()
+    for block in of_kind("make-targets"):
+        for line in block.text.splitlines():
+            target = re.match(r"make (\w[\w-]*)", line).group(1)
+            assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE), target
+    test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    for tool in ("ruff check", "manage.py check", "bandit", "pytest"):
+        assert tool in test_recipe, tool
+    assert "runstack --port $(PORT)" in makefile and "PORT ?= 8000" in makefile
+
+
+def test_the_toml_blocks_load_through_the_declarations_loader(monkeypatch):
+    blocks = of_kind("actions-toml")
+    assert len(blocks) >= 2
+    for block in blocks:
+        document = tomllib.loads(block.text)
+        for name, table in document["actions"].items():
+            for variable in table.get("webhook_secrets", []):
+                monkeypatch.setenv(variable, "a-signing-secret-of-forty-characters-xx")
+            action = parse_action(name, table, source=f"README.md:{block.line}")
+            assert action.name == name and action.external == (table["executor"] == "external")
+            assert action.reversible == table["reversible"]
+
+
+def test_the_action_sample_registers_its_action():
+    (block,) = of_kind("python-action")
+    name = re.search(r'@action\("([^"]+)"', block.text).group(1)
+    assert name not in _registry
+    try:
+        namespace: dict = {}
+        exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)  # nosec B102  # the README's own sample
+        action = get_action(name)
+        assert action.executor is namespace["send_newsletter"] and action.reversible and action.queryable
+        assert action.reconciler == "myapp.reconcilers.newsletter"
+    finally:
+        _registry.pop(name, None)
+
+
+def test_the_webhook_handler_sample_answers_signed_requests_and_refuses_others():
+    from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook
+
+    (block,) = of_kind("python-webhook")
+    secret = "notes-webhook-secret-of-forty-characters"
+    namespace = {"json": json, "NOTES_WEBHOOK_SECRET": secret, "note_exists": lambda key: key == "notes.write:note-1"}
+    exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)  # nosec B102  # the README's own sample
+    handle = namespace["handle"]
+
+    def ask(key: str, secrets: list[str]) -> tuple[int, dict]:
+        body = json.dumps({"job_id": key.split(":")[1], "idempotency_key": key}).encode()
+        return handle(body, {WEBHOOK_SIGNATURE_HEADER: sign_webhook(body, secrets)})
+
+    assert ask("notes.write:note-1", [secret]) == (
+        200, {"outcome": "confirmed", "reason": "the note is there", "result_ref": "…"})
+    status, answer = ask("notes.write:note-9", [secret])
+    assert status == 200 and answer["outcome"] == "not_found" and answer["reason"]
+    status, answer = ask("notes.write:note-1", ["another-secret-of-forty-characters-xxxxx"])
+    assert status == 401 and answer["error"]
+
+
+def test_every_name_in_the_diagram_exists():
+    (block,) = of_kind("diagram")
+    code = "\n".join(path.read_text() for folder in ("ledger", "reconciliation", "api")
+                     for path in (ROOT / folder).rglob("*.py"))
+    names = set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", block.text))
+    assert {"enqueue_job", "claim_job", "begin_side_effect", "record_unknown", "needs_reconciliation"} <= names
+    missing = [n for n in sorted(names) if not re.search(rf"\bdef {n}\b|[\"']{n}[\"']|\b{n.upper()}\b", code)]
+    assert missing == []
+    for path in re.findall(r"[\w/]+\.py", block.text):
+        assert (ROOT / path).is_file(), path
+
+
+def test_the_chaos_table_has_the_shape_the_chaos_command_prints():
+    (block,) = of_kind("chaos-table")
+    lines = block.text.rstrip("\n").splitlines()
+    rows = []
+    for line in lines[2:]:
+        m = re.match(r"^(.+?)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+) / ([\d.]+)$", line)
+        assert m, line
+        scenario = m.group(1)
+        assert scenario.removesuffix(" (30 min)") in SCENARIOS, scenario
+        rows.append({"scenario": scenario, "runs": int(m.group(2)), "passed": int(m.group(3)),
+                     "duplicate_effects": int(m.group(4)), "lost_jobs": int(m.group(5)),
+                     "stale_writes_accepted": int(m.group(6)), "recover_median_s": float(m.group(7)),
+                     "recover_max_s": float(m.group(8))})
+    assert [line.rstrip() for line in chaos_table(rows).splitlines()] == lines
+
+
+# -- The run blocks, in order, beside a real `make run` ------------------------------------------
+
+class Stack:
+    """`make run PORT=…` in the scratch folder, in its own process group as a terminal runs it."""
+
+    def __init__(self, folder, env: dict, port: int):
+        self.port = port
+        self.log = folder / "make-run.log"
+        self.process = subprocess.Popen(["make", "run", f"PORT={port}"], cwd=folder, env=env,  # nosec B603, B607  # make from PATH, fixed argv
+                                        stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(self._serving, timeout=120, interval=0.2, message="make run serving")
+        self.started_at = time.monotonic()
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def _serving(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"make run exited:\n{self.output()[-3000:]}")
+        return "Reckon is running at" in self.output()
+
+    def children(self) -> dict[str, int]:
+        return {name: int(pid) for name, pid in re.findall(r"^started (\w+)\s+pid (\d+)", self.output(), re.MULTILINE)}
+
+    def interrupt(self) -> int:
+        """Ctrl-C: SIGINT to the terminal's foreground group (make and runstack)."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _readme_children() -> list[str]:
+    text = README.read_text()
+    rows = text.split("| child | what it is |", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^\| `(\w+)` \|", rows, flags=re.MULTILINE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_command_runs_as_written_beside_make_run(tmp_path):
+    for name in LINKED:
+        (tmp_path / name).symlink_to(ROOT / name)
+    port = free_port()
+    # A new user's shell, on the test database, with the sandboxes' ports moved the way the README
+    # says (8765, 8025 and 8026 may be taken on this machine).
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "LANG": "C.UTF-8",
+           "DATABASE_URL": database_url_of_tests(), "RECKON_SANDBOX_URL": f"http://127.0.0.1:{free_port()}",
+           "RECKON_SMTP_PORT": str(free_port()), "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{free_port()}"}
+    (tmp_path / STATE).write_text("")
+    stack = None
+    try:
+        for block, shown in run_steps():
+            if block.text.strip() == "make run":
+                stack = Stack(tmp_path, _exported(tmp_path, env), port)
+                continue
+            command = block.text.replace(README_URL, f"http://127.0.0.1:{port}")
+            done = subprocess.run(
+                ["bash", "-c", f"set -euo pipefail\nsource {STATE}\n{command}\nexport -p > {STATE}"],
+                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+            )
+            assert done.returncode == 0, f"README.md:{block.line} failed:\n{command}\n{done.stdout}\n{done.stderr}"
+            if shown is not None:
+                assert done.stdout == shown, f"README.md:{block.line} printed something else:\n{command}"
+        assert stack is not None
+
+        # "Within a minute the overview shows succeeded and failed work."
+        demo = Job.objects.filter(job_id__startswith="sim-")
+        wait_for(lambda: {"succeeded", "failed"} <= set(demo.values_list("status", flat=True)),
+                 timeout=max(1.0, 60 - (time.monotonic() - stack.started_at)), interval=0.5,
+                 message="succeeded and failed demo work within the first minute")
+
+        # What runs is what the README's table lists; Ctrl-C stops every one of them.
+        children = stack.children()
+        assert sorted(children) == sorted(_readme_children())
+        # make, interrupted too, re-raises SIGINT once its child (runstack) has stopped everything.
+        assert stack.interrupt() in (0, -signal.SIGINT), stack.output()[-3000:]
+        for name in children:
+            assert f"stopped {name}\n" in stack.output(), name
+        wait_for(lambda: not any(_alive(pid) for pid in children.values()), timeout=15,
+                 message="every child gone after Ctrl-C")
+        stack = None
+    finally:
+        if stack is not None and stack.process.poll() is None:
+            stack.interrupt()
+
+    finished = dict(Job.objects.filter(job_id__in=["note-1", "note-2", "note-3", "mail-42", "mail-43", "mail-44"])
+                    .values_list("job_id", "status"))
+    assert finished == {job_id: "succeeded" for job_id in ("note-1", "note-2", "note-3", "mail-42", "mail-43",
+                                                           "mail-44")}
+    for sent in ("notes.write:note-1.txt", "mail.external:mail-42.eml", "mail.external:mail-43.eml"):
+        assert (tmp_path / "outbox" / sent).exists(), sent
+    assert_ledger_clean()
+
+
+def _exported(folder, env: dict) -> dict:
+    """The environment the README's shell has exported so far (what `make run` is given)."""
+    done = subprocess.run(["bash", "-c", f"source {STATE}; env -0"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=30, check=True)
+    exported = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
+    for name in ("PWD", "OLDPWD", "SHLVL", "_"):
+        exported.pop(name, None)
+    return exported
