@@ -50,5 +50,7 @@ check: $(STAMP)
 	$(DEV) $(BIN)/python manage.py ledger_check
 
 # Stops the embedded PostgreSQL (data stays in .pgdata/; `make run` stops it too when it started it).
+# It reads .env as the settings do, for RECKON_PGDATA_DIR and RECKON_PG_PORT.
 clean-db: $(STAMP)
-	$(BIN)/python -c "import sys; sys.path.insert(0, '.'); from config.localdb import stop_cluster; stop_cluster()"
+	$(BIN)/python -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from config.env import load_dotenv; \
+	load_dotenv(Path('.env')); from config.localdb import stop_cluster; stop_cluster()"
