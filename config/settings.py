@@ -386,8 +386,8 @@ declare("RECKON_WEBHOOK_SECRET", "", "examples/webhook_receiver.py: the secret i
 declare("RECKON_WEBHOOK_SECRET_OLD", "", "examples/webhook_receiver.py: the previous secret, accepted during a "
         "rotation.", group=EXAMPLES)
 declare("PROVIDER_URL", "http://127.0.0.1:8765", "examples/webhook_receiver.py: the provider it asks.", group=EXAMPLES)
-declare("RECKON_TEST_LOGS", "/tmp", "Where the tests' server processes write their logs (tests/processes.py).",
-        group=HARNESS, internal=True)
+declare("RECKON_TEST_LOGS", "", "Where the tests' server processes write their logs (tests/processes.py; unset: "
+        "the system's /tmp).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, named in its webhook action's "
         "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,
