@@ -375,7 +375,7 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
         n += 1
 
 
-def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo", tenant: str = "bench") -> list[str]:
+def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> list[str]:
     """`count` freshly enqueued jobs (queued attempt, one `enqueued` event), not dispatched."""
     now = timezone.now().replace(tzinfo=UTC)
     job_id, attempt_id = _next_ids("ledger_job"), _next_ids("ledger_attempt")
@@ -385,7 +385,7 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo", tenant
 
     def histories():
         for n, name in enumerate(names):
-            job = (job_id + n, name, tenant, action, f'{{"n": {n}}}', "{}", f"{action}:{name}", "pending", 0,
+            job = (job_id + n, name, "bench", action, f'{{"n": {n}}}', "{}", f"{action}:{name}", "pending", 0,
                    None, 0, False, now, now)
             attempt = (attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
                        None, None, "", "", 1, now, now)

@@ -70,9 +70,9 @@ def _by_id_in_process(job_ids: list[str], worker: str):
     return cycle
 
 
-def _next_in_process(tenant: str, worker: str):
+def _next_in_process(worker: str):
     def cycle() -> bool:
-        lease = services.claim_next_job(worker=worker, actions=[ACTION], tenants=[tenant])
+        lease = services.claim_next_job(worker=worker, actions=[ACTION])
         if lease is None:
             return False
         services.begin_side_effect(lease=lease)
@@ -97,9 +97,9 @@ def _by_id_over_http(client, job_ids: list[str], worker: str):
     return cycle
 
 
-def _next_over_http(client, tenant: str, worker: str):
+def _next_over_http(client, worker: str):
     def cycle() -> bool:
-        lease = client.next_lease(worker, actions=[ACTION], tenants=[tenant], wait_seconds=0)
+        lease = client.next_lease(worker, actions=[ACTION], wait_seconds=0)
         if lease is None:
             return False
         lease.begin()
@@ -140,14 +140,13 @@ def http_cycles(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
                 return _measure([loop_of(ids[i::n], f"bench-{where}-{i}") for i in range(n)], seconds)
 
             def next_job(where: str, loop_of, n=n) -> float:
-                # A tenant of their own: jobs one run leaves in the queue are no other run's.
-                tenant = f"http{n}-{where}"
-                pending_jobs(count=per_worker * n, prefix=tenant, tenant=tenant)
-                return _measure([loop_of(tenant, f"bench-{where}-{i}") for i in range(n)], seconds)
+                # Every pending job is in scope: those the other runs left are taken first.
+                pending_jobs(count=per_worker * n, prefix=f"http{n}-{where}")
+                return _measure([loop_of(f"bench-{where}-{i}") for i in range(n)], seconds)
 
             local = by_id("local", _by_id_in_process)
             http = by_id("http", lambda ids, w: _by_id_over_http(Client(url, token), ids, w))
-            http_next = next_job("http-next", lambda t, w: _next_over_http(Client(url, token), t, w))
+            http_next = next_job("http-next", lambda w: _next_over_http(Client(url, token), w))
             local_next = next_job("local-next", _next_in_process)
             rows.append({
                 "workers": n, "in_process_per_s": round(local, 1), "http_per_s": round(http, 1),
