@@ -25,8 +25,9 @@ SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale")
 
 class Command(BaseCommand):
     help = ("Measure Reckon side by side in one run on a scratch PostgreSQL: ledger cycles vs pgbench -N, "
-            "end-to-end overhead, reconciliation vs raw lookups, the console and selection queries at 10k "
-            "and 1M attempts, worker memory. Prints a table; --json writes the figures.")
+            "the same cycle over HTTP vs in-process, end-to-end overhead, reconciliation vs raw lookups, "
+            "the console and selection queries at 10k and 1M attempts, worker memory. Prints a table; "
+            "--json writes the figures.")
     requires_system_checks = []
     requires_migrations_checks = False
 
