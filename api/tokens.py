@@ -7,7 +7,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+import psycopg
+from django.db import connection, transaction
 from django.utils import timezone
 
 from api.models import ALL, WorkerToken
@@ -66,11 +67,36 @@ def authenticate(authorization: str) -> WorkerToken | None:
     token = token.strip()
     if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    worker_token = WorkerToken.objects.active().filter(token_hash=hash_token(token)).first()
+    worker_token = _active_token(hash_token(token))
     if worker_token is None:
         return None
     now = timezone.now()
     if worker_token.last_used_at is None or now - worker_token.last_used_at > LAST_USED_GRANULARITY:
         WorkerToken.objects.filter(pk=worker_token.pk).update(last_used_at=now)
         worker_token.last_used_at = now
+    return worker_token
+
+
+# Every API request asks this: one statement, bound server-side so that psycopg prepares it after
+# a few calls on a connection, instead of a queryset compiled afresh each time.
+ACTIVE_TOKEN_FIELDS = [field.attname for field in WorkerToken._meta.concrete_fields]
+ACTIVE_TOKEN = (
+    f"SELECT {', '.join(field.column for field in WorkerToken._meta.concrete_fields)} "  # nosec B608  # names from the model; the hash is bound
+    f"FROM {WorkerToken._meta.db_table} WHERE token_hash = %s AND revoked_at IS NULL"
+)
+JSON_FIELDS = [WorkerToken._meta.get_field(name) for name in ("tenants", "actions")]
+
+
+def _active_token(token_hash: str) -> WorkerToken | None:
+    """WorkerToken.objects.active().get(token_hash=...), or None."""
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
+        cursor.execute(ACTIVE_TOKEN, [token_hash])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    worker_token = WorkerToken.from_db(connection.alias, ACTIVE_TOKEN_FIELDS, row)
+    for field in JSON_FIELDS:
+        setattr(worker_token, field.attname, field.from_db_value(getattr(worker_token, field.attname), None, connection))
     return worker_token

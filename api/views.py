@@ -8,6 +8,7 @@ compare-and-set decides. A job outside the token's tenants and actions is, to th
 
 from __future__ import annotations
 
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -28,6 +29,7 @@ from api.http import (
     refusal,
     server_error,
 )
+from api.models import ALL
 from api.schemas import (
     ClaimNextRequest,
     ClaimRequest,
@@ -45,6 +47,8 @@ from api.schemas import (
 )
 from ledger import models, services
 from ledger.actions import UnknownAction, get_action
+from ledger.services import scoped
+from ledger.states import JOB_STATUS_FOR_LATEST
 
 
 class JsonObjectParser(Parser):
@@ -214,8 +218,15 @@ def lease_json(lease: services.Lease, job: models.Job) -> dict:
 
 
 def _result(job_id: str, attempt: models.Attempt) -> dict:
-    job = models.Job.objects.get(job_id=job_id)
-    return {"job_id": job.job_id, "status": job.status, "attempt": attempt_json(attempt)}
+    """The job's status after a step that returned `attempt`, its latest: where the ledger's rules
+    allow one status only for a job whose latest attempt is in that state (running, succeeded:
+    the worker loop's ordinary steps), that status, without reading the job again."""
+    statuses = JOB_STATUS_FOR_LATEST[attempt.execution_state]
+    if len(statuses) == 1:
+        status = statuses[0].value
+    else:
+        status = models.Job.objects.filter(job_id=job_id).values_list("status", flat=True).get()
+    return {"job_id": job_id, "status": status, "attempt": attempt_json(attempt)}
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -228,21 +239,42 @@ def _job_in_scope(request: HttpRequest, job_id: str) -> models.Job:
     return job
 
 
-def _lease_from(job: models.Job, body: LeaseRequest) -> services.Lease:
-    """The Lease the caller claims to hold; the service checks it against the attempt."""
-    attempt = (
-        models.Attempt.objects.filter(job=job, lease_token=body.fencing_token).first()
-        # A token this job never issued: judge it against the latest attempt (and record it).
-        or services.latest_attempt(job)
-    )
+# The job's scope, and the attempt that issued the caller's fencing token; for a token this job
+# never issued, its latest attempt (the service judges the lease against it, and records that).
+LEASE_LOOKUP = """
+SELECT j.tenant, j.action, a.id, a.number, a.lease_expires_at
+FROM ledger_job j CROSS JOIN LATERAL (
+    SELECT id, number, lease_expires_at FROM ledger_attempt WHERE job_id = j.id
+    ORDER BY lease_token = %s DESC NULLS LAST, number DESC LIMIT 1
+) a
+WHERE j.job_id = %s
+"""
+
+
+def _lease_in_scope(request: HttpRequest, job_id: str, body: LeaseRequest) -> services.Lease:
+    """The Lease the caller claims to hold, on a job in the token's scope, read in one query;
+    the service checks it against the attempt under the job's lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(LEASE_LOOKUP, [body.fencing_token, job_id])
+        row = cursor.fetchone()
+    if row is None or not request.auth.allows(tenant=row[0], action=row[1]):
+        raise no_such_job()
+    _, _, attempt_id, number, expires_at = row
     return services.Lease(
-        job_id=job.job_id,
-        attempt_id=attempt.pk,
-        attempt_number=attempt.number,
+        job_id=job_id,
+        attempt_id=attempt_id,
+        attempt_number=number,
         owner=body.owner,
         token=body.fencing_token,
-        expires_at=attempt.lease_expires_at or timezone.now(),
+        expires_at=expires_at or timezone.now(),
     )
+
+
+def _scope(request: HttpRequest) -> scoped.Scope:
+    """The token's tenants and actions, as the ledger's scoped steps take them (None: all)."""
+    token = request.auth
+    return scoped.Scope(tenants=None if ALL in token.tenants else token.tenants,
+                        actions=None if ALL in token.actions else token.actions)
 
 
 # -- endpoints ------------------------------------------------------------------------------------
@@ -315,10 +347,14 @@ def job_detail(request: HttpRequest, job_id: JobIdInPath):
     ),
 )
 def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
-    job = _job_in_scope(request, job_id)
-    lease = services.claim_job(job_id=job.job_id, worker=body.worker)
-    job.refresh_from_db()
-    return Status(201, lease_json(lease, job))
+    claimed = scoped.claim_in_scope(job_id=job_id, worker=body.worker, scope=_scope(request))
+    if claimed is not None:
+        return Status(201, lease_json(*claimed))
+    scope = models.Job.objects.filter(job_id=job_id).values_list("tenant", "action").first()
+    if scope is None or not request.auth.allows(tenant=scope[0], action=scope[1]):
+        raise no_such_job()
+    lease = services.claim_job(job_id=job_id, worker=body.worker)
+    return Status(201, lease_json(lease, models.Job.objects.get(job_id=job_id)))
 
 
 @api.post(
@@ -366,10 +402,8 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
     **answers({200: (Lease, "renewed")}, *LEASE_ERRORS, conflict=STALE, links={200: LEASE_LINKS}),
 )
 def renew(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
-    job = _job_in_scope(request, job_id)
-    lease = services.renew_lease(lease=_lease_from(job, body))
-    job.refresh_from_db()
-    return lease_json(lease, job)
+    lease = services.renew_lease(lease=_lease_in_scope(request, job_id, body))
+    return lease_json(lease, models.Job.objects.get(job_id=job_id))
 
 
 @api.post(
@@ -384,8 +418,8 @@ def renew(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
     ),
 )
 def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
-    job = _job_in_scope(request, job_id)
-    return _result(job.job_id, services.verify_identity(lease=_lease_from(job, body), observed=body.observed))
+    lease = _lease_in_scope(request, job_id, body)
+    return _result(job_id, services.verify_identity(lease=lease, observed=body.observed))
 
 
 @api.post(
@@ -400,8 +434,11 @@ def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
     ),
 )
 def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
-    job = _job_in_scope(request, job_id)
-    return _result(job.job_id, services.begin_side_effect(lease=_lease_from(job, body)))
+    begun = scoped.begin_in_scope(job_id=job_id, owner=body.owner, token=body.fencing_token,
+                                  scope=_scope(request))
+    if begun is not None:
+        return _result(job_id, begun)
+    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body)))
 
 
 @api.post(
@@ -415,11 +452,14 @@ def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
     ),
 )
 def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
-    job = _job_in_scope(request, job_id)
+    succeeded = scoped.succeed_in_scope(job_id=job_id, owner=body.owner, token=body.fencing_token,
+                                        result_ref=body.result_ref, evidence=body.evidence, scope=_scope(request))
+    if succeeded is not None:
+        return _result(job_id, succeeded)
     attempt = services.record_success(
-        lease=_lease_from(job, body), result_ref=body.result_ref, evidence=body.evidence
+        lease=_lease_in_scope(request, job_id, body), result_ref=body.result_ref, evidence=body.evidence
     )
-    return _result(job.job_id, attempt)
+    return _result(job_id, attempt)
 
 
 @api.post(
@@ -429,11 +469,11 @@ def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
     **answers({200: (Result, "failed")}, *LEASE_ERRORS, conflict=STALE),
 )
 def failure(request: HttpRequest, job_id: JobIdInPath, body: FailureRequest):
-    job = _job_in_scope(request, job_id)
     attempt = services.record_failure(
-        lease=_lease_from(job, body), error=body.error, retryable=body.retryable, evidence=body.evidence
+        lease=_lease_in_scope(request, job_id, body), error=body.error, retryable=body.retryable,
+        evidence=body.evidence,
     )
-    return _result(job.job_id, attempt)
+    return _result(job_id, attempt)
 
 
 @api.post(
@@ -447,8 +487,7 @@ def failure(request: HttpRequest, job_id: JobIdInPath, body: FailureRequest):
     ),
 )
 def unknown(request: HttpRequest, job_id: JobIdInPath, body: UnknownRequest):
-    job = _job_in_scope(request, job_id)
     attempt = services.record_unknown(
-        lease=_lease_from(job, body), reason=body.reason, evidence=body.evidence
+        lease=_lease_in_scope(request, job_id, body), reason=body.reason, evidence=body.evidence
     )
-    return _result(job.job_id, attempt)
+    return _result(job_id, attempt)

@@ -385,8 +385,9 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> lis
 
     def histories():
         for n, name in enumerate(names):
+            at = now + n * MICROSECOND  # distinct, in order: the queue's order is the creation order
             job = (job_id + n, name, "bench", action, f'{{"n": {n}}}', "{}", f"{action}:{name}", "pending", 0,
-                   None, 0, False, now, now)
+                   None, 0, False, at, at)
             attempt = (attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
                        None, None, "", "", 1, now, now)
             digest = chain_hash("", job_id + n, attempt_id + n, now, "system", "bench", "enqueued", "{}", after, "",

@@ -2,9 +2,11 @@
 
     .venv/bin/python examples/measure_api_cycle.py [--cycles 200]
 
-Creates a throwaway database (dropped at the end), serves the API with gunicorn (one sync
-worker), and runs N sequential cycles through the reckon_client package; then the
-same N cycles straight through ledger.services. Jobs are enqueued beforehand, untimed.
+Creates a throwaway database (dropped at the end), serves the API with gunicorn (one threaded
+worker, as runstack runs it: gunicorn's sync worker would close the connection after every
+request), and runs N sequential cycles through the reckon_client package; then the same N cycles
+straight through ledger.services. Jobs are enqueued beforehand, untimed. `manage.py bench --only
+http` measures the same side by side with several workers.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def serve(database_url: str, port: int) -> subprocess.Popen:
             f"127.0.0.1:{port}",
             "--workers",
             "1",
+            "--threads",
+            "4",
             "--log-level",
             "warning",
             "--no-control-socket",

@@ -9,6 +9,7 @@ caller gets a clear exception.
     jobs.py         enqueue_job
     worker.py       the worker loop's steps: claim, renew, verify identity, begin, results
     pulling.py      claim the next job in a scope (workers over HTTP that know no job id)
+    scoped.py       the ordinary steps with the API's scope check and lease lookup, in one round trip
     claimable.py    the NOTIFY that wakes those workers when jobs become claimable
     sweeper.py      expired leases and stranded deliveries
     gate.py         the dead-man gate's release of the work it held

@@ -20,6 +20,9 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert [row["workers"] for row in report["cycles"]] == [1, 4]
     for row in report["cycles"]:
         assert row["ledger_cycles_per_s"] > 0 and row["pgbench_tps"] > 0
+    assert [row["workers"] for row in report["http"]] == [1, 4]
+    for row in report["http"]:  # over HTTP (gunicorn as runstack runs it) and in-process, by id and claim-next
+        assert min(row["in_process_per_s"], row["http_per_s"], row["in_process_next_per_s"], row["http_next_per_s"]) > 0
     e2e = report["end_to_end"]
     assert e2e["bare_jobs_per_s"] > 0 and e2e["ledger_jobs_per_s"] > 0 and e2e["worker_rss_mb_end"] > 0
     assert report["reconciliation"]["decisions"] == report["reconciliation"]["jobs"]
@@ -33,5 +36,5 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     small = {p["page"]: p["queries"] for p in report["scale"]["small_run"]["pages"]}
     large = {p["page"]: p["queries"] for p in report["scale"]["large_run"]["pages"]}
     assert small == large
-    assert set(report["targets"]) == {"cycle_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
+    assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth"}

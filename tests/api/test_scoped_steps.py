@@ -1,0 +1,80 @@
+"""The API's claim, begin and success in one statement (ledger/services/scoped.py): what they
+answer is what the ledger holds, and whatever the statement leaves alone goes the general way."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from ledger import services
+from ledger.models import Job
+from tests.api.conftest import ApiClient, event_count, issue, lease_body, ledger_state
+from tests.conftest import event_kinds, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_answers_show_the_job_and_attempt_exactly_as_stored(api):
+    make_job("s-1", payload={"to": "ann"}, identity=None)
+    claimed = api.post("/api/v1/jobs/s-1/claim", {"worker": "w"})
+    assert claimed.status == 201
+    stored = api.get("/api/v1/jobs/s-1").json
+    assert claimed.json["job"] == {k: v for k, v in stored.items() if k != "attempts"}
+    assert claimed.json["job"]["status"] == "running"
+
+    begun = api.post("/api/v1/jobs/s-1/lease/begin", lease_body(claimed.json))
+    assert begun.status == 200
+    assert begun.json["status"] == Job.objects.get(job_id="s-1").status == "running"
+    assert begun.json["attempt"] == api.get("/api/v1/jobs/s-1").json["attempts"][-1]
+
+    done = api.post("/api/v1/jobs/s-1/lease/success", lease_body(claimed.json, result_ref="r-1"))
+    assert done.status == 200
+    assert done.json["status"] == Job.objects.get(job_id="s-1").status == "succeeded"
+    assert done.json["attempt"] == api.get("/api/v1/jobs/s-1").json["attempts"][-1]
+    assert event_kinds("s-1") == ["enqueued", "claimed", "side_effect_started", "succeeded"]
+
+
+def test_each_ordinary_step_is_one_statement_after_the_token(api):
+    make_job("s-2")
+    api.get("/api/v1/jobs/s-2")  # the token's first use records last_used_at (then once a minute)
+    with CaptureQueriesContext(connection) as claim:
+        claimed = api.post("/api/v1/jobs/s-2/claim", {"worker": "w"}).json
+    with CaptureQueriesContext(connection) as begin:
+        api.post("/api/v1/jobs/s-2/lease/begin", lease_body(claimed))
+    with CaptureQueriesContext(connection) as success:
+        api.post("/api/v1/jobs/s-2/lease/success", lease_body(claimed))
+    for step, function in ((claim, "reckon_claim"), (begin, "reckon_begin"), (success, "reckon_succeed")):
+        statements = [query["sql"] for query in step.captured_queries]
+        assert len(statements) == 2 and "api_workertoken" in statements[0] and function in statements[1], statements
+
+
+def test_a_stale_token_goes_the_general_way_and_is_recorded(api):
+    make_job("s-3")
+    first = api.post("/api/v1/jobs/s-3/claim", {"worker": "w"}).json
+    stale = api.post("/api/v1/jobs/s-3/lease/begin", {**lease_body(first), "fencing_token": first["fencing_token"] + 5})
+    assert (stale.status, stale.json["error"]["code"]) == (409, "stale_lease")
+    assert event_kinds("s-3")[-1] == "late_write_rejected"
+    assert api.post("/api/v1/jobs/s-3/lease/begin", lease_body(first)).status == 200
+
+
+def test_an_identity_bound_job_is_left_to_the_general_path(api):
+    make_job("s-4", identity={"account": "a"})
+    claimed = api.post("/api/v1/jobs/s-4/claim", {"worker": "w"}).json
+    refused = api.post("/api/v1/jobs/s-4/lease/begin", lease_body(claimed))
+    assert (refused.status, refused.json["error"]["code"]) == (409, "invalid_transition")
+    assert "verify it before any side effect" in refused.json["error"]["message"]
+
+
+@pytest.mark.parametrize("scope", [(["beta"], ["*"]), (["*"], ["mail.send"])])
+def test_no_step_function_runs_on_a_job_outside_the_scope(scope):
+    make_job("s-5")  # pending: claimable by anyone who may see it
+    make_job("s-6")
+    lease = services.claim_job(job_id="s-6", worker="w")
+    held = {"owner": lease.owner, "fencing_token": lease.token}  # a real lease, sent by the wrong token
+    outsider = ApiClient(issue(*scope, name="outsider"))
+    before, events = ledger_state(), event_count()
+    for path, body in (("s-5/claim", {"worker": "x"}), ("s-6/lease/begin", held), ("s-6/lease/success", held)):
+        answer = outsider.post(f"/api/v1/jobs/{path}", body)
+        assert (answer.status, answer.json["error"]["code"]) == (404, "not_found")
+    assert ledger_state() == before and event_count() == events
