@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from bench import sections
+from bench import drain, sections
 from chaos.world import World
 
 TARGETS = {
@@ -16,10 +16,12 @@ TARGETS = {
     "reconcile_ratio": 0.8,
     "page_growth": 1.3,
     "selection_growth": 1.5,
+    "drain_0ms_ratio": 0.8,
+    "drain_latency_ratio": 0.9,
 }
 
 
-SECTIONS = ("cycles", "end_to_end", "reconciliation", "scale")
+SECTIONS = ("cycles", "end_to_end", "reconciliation", "scale", "drain")
 
 
 class Command(BaseCommand):
@@ -66,6 +68,12 @@ class Command(BaseCommand):
                 report["scale"] = sections.at_scale(small=small, large=large, queued=queued,
                                                     repeats=5 if quick else 20)
                 self._scale(report["scale"])
+            if "drain" in run:
+                self._section("backlog drain: unknown jobs reconciled vs raw lookups, by provider latency")
+                report["drain"] = drain.drain(world, **drain.QUICK if quick else drain.FULL)
+                for rows in ("cells", "drains"):
+                    self._rows(report["drain"][rows])
+                self._rows([report["drain"]["hosts"]])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -108,6 +116,10 @@ class Command(BaseCommand):
             measured["e2e_ratio"] = report["end_to_end"]["ratio"]
         if "reconciliation" in report:
             measured["reconcile_ratio"] = report["reconciliation"]["ratio"]
+        if "drain" in report:
+            cells = report["drain"]["cells"]
+            measured["drain_0ms_ratio"] = min(c["ratio"] for c in cells if c["latency_ms"] == 0)
+            measured["drain_latency_ratio"] = min(c["ratio"] for c in cells if c["latency_ms"] > 0)
         if "scale" in report:
             large, small = report["scale"]["large_run"], report["scale"]["small_run"]
             measured["page_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)
