@@ -156,9 +156,10 @@ def _lookup_urls(job: Job) -> list[str]:
     return [f"{settings.RECKON_PUBLISH_URL}/posts?{urlencode({'marker': key})}"]
 
 
-def raw_lookups(jobs: list[Job], *, concurrency: int, seconds: float) -> float:
+def raw_lookups(jobs: list[Job], *, concurrency: int, seconds: float) -> tuple[float, int]:
     """Jobs' worth of provider lookups per second: `concurrency` threads, each looking the next job
-    up (all of its reconciler's requests, in order) until `seconds` have passed."""
+    up (all of its reconciler's requests, in order) until `seconds` have passed. Returns the rate
+    and how many jobs were looked up."""
     urls = [_lookup_urls(job) for job in jobs]
     feed = itertools.cycle(urls)
     lock, done = threading.Lock(), [0]
@@ -179,7 +180,44 @@ def raw_lookups(jobs: list[Job], *, concurrency: int, seconds: float) -> float:
     with ThreadPoolExecutor(concurrency) as pool:
         for future in [pool.submit(looker) for _ in range(concurrency)]:
             future.result()
-    return done[0] / (time.monotonic() - started)
+    return done[0] / (time.monotonic() - started), done[0]
+
+
+# --- where the CPU goes ---------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int | None) -> float:
+    """CPU seconds used so far by process `root` and its descendants (the exited ones included)."""
+    if root is None:
+        return 0.0
+    parents, times = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    tree, frontier = {root}, {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - tree
+        tree |= frontier
+    return sum(times.get(pid, 0) for pid in tree) / TICK
+
+
+def cpu_snapshot(world: World) -> dict[str, float]:
+    """CPU seconds so far of this process (the reconciler or the raw lookups), the sandbox and PostgreSQL."""
+    own = os.times()
+    return {"self": own.user + own.system, "sandbox": _tree_cpu(world.sandbox.pid),
+            "postgres": _tree_cpu(world.cluster.postmaster_pid())}
+
+
+def cpu_per_job(before: dict, after: dict, jobs: int) -> dict[str, float]:
+    """CPU milliseconds per job, by process, between two snapshots."""
+    return {name: round((after[name] - before[name]) * 1000 / max(jobs, 1), 2) for name in before}
 
 
 # --- connections while draining ------------------------------------------------------------------
@@ -229,14 +267,18 @@ def drain(world: World, *, size: int, latencies: tuple[int, ...], concurrencies:
         for concurrency in concurrencies:
             _top_up(world, size=size, prefixes=prefixes)
             sample = list(Job.objects.filter(status="needs_reconciliation").order_by("pk")[:2000])
-            raw_before = raw_lookups(sample, concurrency=concurrency, seconds=seconds)
+            cpu = cpu_snapshot(world)
+            raw_before, looked = raw_lookups(sample, concurrency=concurrency, seconds=seconds)
+            cpu_raw = cpu_per_job(cpu, cpu := cpu_snapshot(world), looked)
             started = time.monotonic()
             decisions = reconcile_until_idle(budget_s=seconds, concurrency=concurrency)
             reconciled = len(decisions) / (time.monotonic() - started)
-            raw = max(raw_before, raw_lookups(sample, concurrency=concurrency, seconds=seconds))
+            cpu_reconcile = cpu_per_job(cpu, cpu_snapshot(world), len(decisions))
+            raw = max(raw_before, raw_lookups(sample, concurrency=concurrency, seconds=seconds)[0])
             cells.append({"latency_ms": latency, "concurrency": concurrency, "jobs": len(decisions),
                           "reconciled_per_s": round(reconciled, 1), "raw_per_s": round(raw, 1),
-                          "ratio": round(reconciled / raw, 3)})
+                          "ratio": round(reconciled / raw, 3),
+                          "cpu_ms_per_job_reconcile": cpu_reconcile, "cpu_ms_per_job_raw": cpu_raw})
         _top_up(world, size=size, prefixes=prefixes)
         waiting = _waiting()
         with ConnectionSampler() as sampler:

@@ -71,9 +71,7 @@ class Command(BaseCommand):
             if "drain" in run:
                 self._section("backlog drain: unknown jobs reconciled vs raw lookups, by provider latency")
                 report["drain"] = drain.drain(world, **drain.QUICK if quick else drain.FULL)
-                for rows in ("cells", "drains"):
-                    self._rows(report["drain"][rows])
-                self._rows([report["drain"]["hosts"]])
+                self._drain(report["drain"])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -90,6 +88,16 @@ class Command(BaseCommand):
         for row in rows:
             self.stdout.write("  " + "  ".join(f"{row[k]!s:>20}" for k in keys))
         self.stdout.flush()
+
+    def _drain(self, drain):
+        def cpu(spent):
+            return "/".join(f"{spent[name]:.2f}" for name in ("self", "sandbox", "postgres"))
+
+        self._rows([{**{k: v for k, v in cell.items() if not k.startswith("cpu")},
+                     "cpu ms/job reconcile": cpu(cell["cpu_ms_per_job_reconcile"]),
+                     "raw (self/sbx/pg)": cpu(cell["cpu_ms_per_job_raw"])} for cell in drain["cells"]])
+        self._rows(drain["drains"])
+        self._rows([drain["hosts"]])
 
     def _scale(self, scale):
         small, large = scale["small_run"], scale["large_run"]
