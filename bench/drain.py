@@ -160,6 +160,9 @@ def raw_lookups(jobs: list[Job], *, concurrency: int, seconds: float) -> tuple[f
     """Jobs' worth of provider lookups per second: `concurrency` threads, each looking the next job
     up (all of its reconciler's requests, in order) until `seconds` have passed. Returns the rate
     and how many jobs were looked up."""
+    from reconciliation.lookups import SWITCH_INTERVAL_S
+
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))  # as the reconciler's threads have it
     urls = [_lookup_urls(job) for job in jobs]
     feed = itertools.cycle(urls)
     lock, done = threading.Lock(), [0]
