@@ -11,8 +11,8 @@ A pass works in batches, each in three steps:
 3. **Apply** the whole batch's outcomes in one transaction (`reconciliation.applying`, with the
    rules of `reconciliation.resolution`).
 
-`reconcile_until_idle` overlaps the steps: the next batch is claimed and looked up while the
-current one is applied. `reconcile_job` is the same path for a batch of one.
+`reconcile_until_idle` overlaps the steps: the next batches are claimed and looked up while
+finished lookups are applied, so that `concurrency` lookups are in flight all the time. `reconcile_job` is the same path for a batch of one.
 """
 
 from __future__ import annotations
@@ -51,8 +51,11 @@ def reconcile_until_idle(
 ) -> list[Decision]:
     """Batches until nothing is due now (backed-off jobs wait for their time), within a budget.
 
-    Lookups and applying overlap: up to two claimed batches are being looked up while finished
-    lookups are applied, a quarter of a batch or more at a time, at most a batch per transaction.
+    Lookups and applying overlap, and lookups never wait for applying: batches are claimed ahead
+    so that, while the finished lookups are applied (a quarter of a batch or more at a time, at
+    most a batch per transaction), `concurrency` lookups stay in flight with a batch queued
+    behind them. A claim is held for RECKON_RECONCILE_CLAIM_TTL: what is claimed ahead is at most
+    a batch and `concurrency` lookups more than what is being looked up.
     """
     limit = limit or settings.RECKON_RECONCILE_BATCH
     chunk = max(1, limit // 4)
@@ -60,8 +63,9 @@ def reconcile_until_idle(
     looking: list[tuple[str, Future]] = []
     claiming, completed = True, True
     with Lookups(concurrency) as pool:
+        ahead = pool.size + limit  # lookups not finished yet, below which the next batch is claimed
         while True:
-            if claiming and len(looking) < limit:  # keep the next batch queued behind this one
+            while claiming and sum(1 for _, future in looking if not future.done()) < ahead:
                 if budget_s is not None and time.monotonic() - started > budget_s:
                     claiming, completed = False, False
                 elif jobs := claim_for_reconciliation(limit=limit, exclude_actions=pull_reconciled_actions()):

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote
 
-from sandbox.faults import FaultConfig, FaultError, Faults, parse_header
+from sandbox.faults import FaultConfig, FaultError, Faults, Latency, parse_header
 from sandbox.store import Refused, RolledBack, Store
 
 MAX_TEXT = 10_000
@@ -138,6 +138,7 @@ ROUTES = (
     route(r"/credentials(?:/[^/]+)?", {}, refusal="the vault cannot be queried"),
     route(r"/_admin/profiles/(?P<profile>[^/]+)", {"PUT": "admin_set_profile"}, "internal"),
     route(r"/_admin/faults", {"GET": "admin_get_faults", "PUT": "admin_set_faults"}, "internal"),
+    route(r"/_admin/latency", {"GET": "admin_get_latency", "PUT": "admin_set_latency"}, "internal"),
     route(r"/_admin/forget_keys", {"GET": "admin_get_forget", "PUT": "admin_set_forget"},
           "internal"),
     route(r"/_admin/reset", {"POST": "admin_reset"}, "internal"),
@@ -147,9 +148,10 @@ ROUTES = (
 
 
 class App:
-    def __init__(self, store: Store, faults: FaultConfig | None = None):
+    def __init__(self, store: Store, faults: FaultConfig | None = None, latency: Latency | None = None):
         self.store = store
         self.faults = faults or FaultConfig()
+        self.latency = latency or Latency()
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -176,6 +178,8 @@ class App:
                 f"method {request.method} is not allowed on {request.path}; allowed: {allow}")
             raise ApiError(405, message, {"Allow": allow} if allow else {})
         creates = matched.kind == "effect" and request.method == "POST"
+        if matched.kind != "internal" and self.latency.seconds:
+            time.sleep(self.latency.seconds)  # the provider's round trip (sandbox.faults.Latency)
         if matched.kind == "internal":
             faults = Faults()  # admin, health and effect accounting are never faulted
         elif creates:
@@ -332,6 +336,12 @@ class App:
     def admin_set_faults(self, request: Request) -> Response:
         return Response(200, self.faults.update(request.json()))
 
+    def admin_get_latency(self, request: Request) -> Response:
+        return Response(200, self.latency.as_dict())
+
+    def admin_set_latency(self, request: Request) -> Response:
+        return Response(200, self.latency.update(request.json()))
+
     def admin_get_forget(self, request: Request) -> Response:
         return Response(200, {"forget": self.store.forgets_keys()})
 
@@ -346,6 +356,7 @@ class App:
     def admin_reset(self, request: Request) -> Response:
         self.store.reset()
         self.faults.reset()
+        self.latency.reset()
         return Response(200, {"reset": True})
 
     def effects(self, request: Request) -> Response:

@@ -176,3 +176,40 @@ class FaultConfig:
                 if roll < threshold:
                     return Faults(latency=latency, **{kind: True})
             return Faults(latency=latency)
+
+
+class Latency:
+    """The provider's own round trip, not a fault: every request to a provider endpoint (lookups
+    and effects alike; not admin, health or accounting) waits this long before it is handled.
+    Set with ``--latency-ms`` or ``PUT /_admin/latency {"ms": 50}``; ``/_admin/reset`` restores the
+    start value. Each request waits in its own server thread, so concurrent requests overlap."""
+
+    def __init__(self, ms: float = 0.0):
+        self._initial = self._parse(ms)
+        self._seconds = self._initial
+
+    @staticmethod
+    def _parse(ms: object) -> float:
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)):
+            raise FaultError(f"the latency must be a number of milliseconds, got {ms!r}")
+        if not math.isfinite(ms) or not 0 <= ms <= MAX_LATENCY * 1000:
+            raise FaultError(f"the latency must be between 0 and {MAX_LATENCY * 1000:g} ms, got {ms!r}")
+        return ms / 1000
+
+    @property
+    def seconds(self) -> float:
+        return self._seconds
+
+    def update(self, data: object) -> dict:
+        """The body of ``PUT /_admin/latency``, validated before anything changes."""
+        if not isinstance(data, dict) or set(data) != {"ms"}:
+            raise FaultError('the latency must be a JSON object like {"ms": 50}')
+        self._seconds = self._parse(data["ms"])  # one float assignment: atomic for request threads
+        return self.as_dict()
+
+    def reset(self) -> dict:
+        self._seconds = self._initial
+        return self.as_dict()
+
+    def as_dict(self) -> dict:
+        return {"ms": round(self._seconds * 1000, 3)}

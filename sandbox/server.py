@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from sandbox.api import App, Request, Response
-from sandbox.faults import FaultConfig, FaultError
+from sandbox.faults import FaultConfig, FaultError, Latency
 from sandbox.store import Store
 
 DEFAULT_PORT = 8765
@@ -131,10 +131,10 @@ class SandboxServer(ThreadingHTTPServer):
 
 
 def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT, db: str | Path = DEFAULT_DB,
-                 fault_rate: float = 0.0, seed: int | None = None) -> SandboxServer:
+                 fault_rate: float = 0.0, seed: int | None = None, latency_ms: float = 0.0) -> SandboxServer:
     """Open the store and bind the port (raises FaultError or OSError)."""
     faults = FaultConfig.from_rate(fault_rate, seed)
-    return SandboxServer((host, port), App(Store(db), faults))
+    return SandboxServer((host, port), App(Store(db), faults, Latency(latency_ms)))
 
 
 def serve(server: SandboxServer) -> None:
@@ -164,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0,
                         help="probability of a fault per effect (split over the three kinds)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="the provider's round trip: every lookup and effect waits this long")
     args = parser.parse_args(argv)
     try:
-        server = build_server(args.host, args.port, args.db, args.fault_rate, args.seed)
+        server = build_server(args.host, args.port, args.db, args.fault_rate, args.seed, args.latency_ms)
     except FaultError as exc:
         parser.error(str(exc))
     except OSError as exc:

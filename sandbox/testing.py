@@ -156,12 +156,12 @@ class SandboxProcess(ServerProcess):
 
     def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1",
                  port: int | None = None, fault_rate: float = 0.0, seed: int | None = None,
-                 startup_timeout: float = 15.0, stop_timeout: float = 5.0):
+                 latency_ms: float = 0.0, startup_timeout: float = 15.0, stop_timeout: float = 5.0):
         tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-sandbox-"))
         super().__init__(Path(db_path) if db_path else tmpdir / "sandbox.sqlite3", tmpdir,
                          startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.host, self.port, self._fixed_port = host, port, port is not None
-        self.fault_rate, self.seed = fault_rate, seed
+        self.fault_rate, self.seed, self.latency_ms = fault_rate, seed, latency_ms
 
     @property
     def url(self) -> str:
@@ -193,7 +193,8 @@ class SandboxProcess(ServerProcess):
 
     def _command(self) -> list[str]:
         command = [sys.executable, "-m", "sandbox.server", "--host", self.host, "--port", str(self.port),
-                   "--db", str(self.db_path), "--fault-rate", str(self.fault_rate)]
+                   "--db", str(self.db_path), "--fault-rate", str(self.fault_rate),
+                   "--latency-ms", str(self.latency_ms)]
         if self.seed is not None:
             command += ["--seed", str(self.seed)]
         return command
@@ -208,6 +209,12 @@ class SandboxProcess(ServerProcess):
         response = self.request("POST", "/_admin/reset")
         if response.status != 200:
             raise SandboxError(f"reset failed: {response.status} {response.json}")
+
+    def set_latency(self, ms: float) -> None:
+        """The provider's round trip from now on (PUT /_admin/latency)."""
+        response = self.request("PUT", "/_admin/latency", {"ms": ms})
+        if response.status != 200:
+            raise SandboxError(f"setting the latency failed: {response.status} {response.json}")
 
     def effects(self, key: str | None = None, marker: str | None = None) -> dict:
         query = urlencode({name: value for name, value in (("key", key), ("marker", marker))

@@ -36,5 +36,15 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     small = {p["page"]: p["queries"] for p in report["scale"]["small_run"]["pages"]}
     large = {p["page"]: p["queries"] for p in report["scale"]["large_run"]["pages"]}
     assert small == large
+    drain = report["drain"]
+    assert [(c["latency_ms"], c["concurrency"]) for c in drain["cells"]] == [(0, 4), (0, 16), (50, 4), (50, 16)]
+    assert all(c["jobs"] > 0 and c["reconciled_per_s"] > 0 and c["raw_per_s"] > 0 for c in drain["cells"])
+    for row in drain["drains"]:  # the whole backlog, on the pass's one connection (none per lookup thread)
+        assert row["decisions"] == row["backlog"] > 0 and row["left"] == 0
+        assert row["db_connections_max"] == 1, row
+    hosts = drain["hosts"]  # three reconcile --loop processes on one backlog: each job looked up once
+    assert hosts["checks"] == hosts["jobs_checked"] == hosts["backlog"] == sum(hosts["shares"])
+    assert hosts["most_checks_per_job"] == 1
+    assert hosts["db_connections_max"] == 3, hosts
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
-                                      "selection_growth"}
+                                      "selection_growth", "drain_0ms_ratio", "drain_latency_ratio"}

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from bench import http_cycle, sections
+from bench import drain, http_cycle, sections
 from chaos.world import World
 
 TARGETS = {
@@ -17,10 +17,12 @@ TARGETS = {
     "reconcile_ratio": 0.8,
     "page_growth": 1.3,
     "selection_growth": 1.5,
+    "drain_0ms_ratio": 0.8,
+    "drain_latency_ratio": 0.9,
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale")
+SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain")
 
 
 class Command(BaseCommand):
@@ -72,6 +74,10 @@ class Command(BaseCommand):
                 report["scale"] = sections.at_scale(small=small, large=large, queued=queued,
                                                     repeats=5 if quick else 20)
                 self._scale(report["scale"])
+            if "drain" in run:
+                self._section("backlog drain: unknown jobs reconciled vs raw lookups, by provider latency")
+                report["drain"] = drain.drain(world, **drain.QUICK if quick else drain.FULL)
+                self._drain(report["drain"])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -88,6 +94,16 @@ class Command(BaseCommand):
         for row in rows:
             self.stdout.write("  " + "  ".join(f"{row[k]!s:>20}" for k in keys))
         self.stdout.flush()
+
+    def _drain(self, drain):
+        def cpu(spent):
+            return "/".join(f"{spent[name]:.2f}" for name in ("self", "sandbox", "postgres"))
+
+        self._rows([{**{k: v for k, v in cell.items() if not k.startswith("cpu")},
+                     "cpu ms/job reconcile": cpu(cell["cpu_ms_per_job_reconcile"]),
+                     "raw (self/sbx/pg)": cpu(cell["cpu_ms_per_job_raw"])} for cell in drain["cells"]])
+        self._rows(drain["drains"])
+        self._rows([drain["hosts"]])
 
     def _scale(self, scale):
         small, large = scale["small_run"], scale["large_run"]
@@ -116,6 +132,10 @@ class Command(BaseCommand):
             measured["e2e_ratio"] = report["end_to_end"]["ratio"]
         if "reconciliation" in report:
             measured["reconcile_ratio"] = report["reconciliation"]["ratio"]
+        if "drain" in report:
+            cells = report["drain"]["cells"]
+            measured["drain_0ms_ratio"] = min(c["ratio"] for c in cells if c["latency_ms"] == 0)
+            measured["drain_latency_ratio"] = min(c["ratio"] for c in cells if c["latency_ms"] > 0)
         if "scale" in report:
             large, small = report["scale"]["large_run"], report["scale"]["small_run"]
             measured["page_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)

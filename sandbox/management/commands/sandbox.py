@@ -24,11 +24,13 @@ class Command(BaseCommand):
                             help="fault probability per effect, split evenly over error_5xx, "
                                  "fail_before_commit and drop_after_commit")
         parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
+        parser.add_argument("--latency-ms", type=float, default=0.0,
+                            help="the provider's round trip: every lookup and effect waits this long (0)")
 
     def handle(self, *args, **options) -> None:
         try:
             server = build_server(options["host"], options["port"], options["db"],
-                                  options["fault_rate"], options["seed"])
+                                  options["fault_rate"], options["seed"], options["latency_ms"])
         except FaultError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
