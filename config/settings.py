@@ -51,6 +51,21 @@ def envlist(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
+def envrates(name: str) -> dict[str, float]:
+    """`billing=100,mail=50` -> {"billing": 100.0, "mail": 50.0} (positive rates only)."""
+    rates = {}
+    for item in envlist(name):
+        key, _, value = item.rpartition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = 0.0
+        if not key.strip() or not rate > 0:
+            raise ValueError(f"{name} takes NAME=REQUESTS_PER_S items separated by commas, got {item!r}")
+        rates[key.strip()] = rate
+    return rates
+
+
 # Django's own rule for a strong key (check security.W009): at least 50 characters, at least 5
 # distinct ones, and not the `django-insecure-` prefix startproject writes.
 SECRET_KEY_MIN_LENGTH = 50
@@ -249,6 +264,13 @@ RECKON_MAIL_URL = os.environ.get("RECKON_MAIL_URL", RECKON_SANDBOX_URL).rstrip("
 RECKON_PUBLISH_URL = os.environ.get("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL).rstrip("/")
 RECKON_VAULT_URL = os.environ.get("RECKON_VAULT_URL", RECKON_SANDBOX_URL).rstrip("/")
 RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
+# Each provider's budget in each process (ledger/budget.py): consecutive failures that open its
+# circuit, the seconds it stays open before a probe, the longest a call waits for its turn under
+# a 429 pace, and known limits ("billing=100,mail=50": requests/s for this process).
+RECKON_PROVIDER_CIRCUIT_FAILURES = envint("RECKON_PROVIDER_CIRCUIT_FAILURES", 5)
+RECKON_PROVIDER_CIRCUIT_COOLDOWN_S = float(os.environ.get("RECKON_PROVIDER_CIRCUIT_COOLDOWN_S", "10"))
+RECKON_PROVIDER_MAX_WAIT_S = float(os.environ.get("RECKON_PROVIDER_MAX_WAIT_S", "2"))
+RECKON_PROVIDER_LIMITS = envrates("RECKON_PROVIDER_LIMITS")
 # The SMTP server `smtp.send_mail` sends through, and the API that finds a sent message by its
 # Message-ID (the SMTP sandbox by default; SMTP itself has no read path).
 RECKON_SMTP_HOST = os.environ.get("RECKON_SMTP_HOST", "127.0.0.1")
