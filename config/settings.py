@@ -270,6 +270,8 @@ RECKON_PROVIDER_TIMEOUT = float(os.environ.get("RECKON_PROVIDER_TIMEOUT", "10"))
 RECKON_PROVIDER_CIRCUIT_FAILURES = envint("RECKON_PROVIDER_CIRCUIT_FAILURES", 5)
 RECKON_PROVIDER_CIRCUIT_COOLDOWN_S = float(os.environ.get("RECKON_PROVIDER_CIRCUIT_COOLDOWN_S", "10"))
 RECKON_PROVIDER_MAX_WAIT_S = float(os.environ.get("RECKON_PROVIDER_MAX_WAIT_S", "2"))
+# After a 429, how long without another until a provider's pace is back to twice what was refused.
+RECKON_PROVIDER_RECOVER_S = float(os.environ.get("RECKON_PROVIDER_RECOVER_S", "30"))
 RECKON_PROVIDER_LIMITS = envrates("RECKON_PROVIDER_LIMITS")
 # The SMTP server `smtp.send_mail` sends through, and the API that finds a sent message by its
 # Message-ID (the SMTP sandbox by default; SMTP itself has no read path).

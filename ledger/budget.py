@@ -8,8 +8,9 @@ below the rate that was refused: to half of it while 429s keep coming (we are fa
 get under it fast), to 85 % when the last cut is over a second old (we crept just above it). A 429
 for a request sent before the last cut says nothing new and is ignored. Between 429s the pace
 climbs back: quickly to 95 % of the rate last refused, then slowly beyond it and faster the longer
-no 429 comes (cubic), so a lifted limit is found again within half a minute; at twice the rate last
-refused the provider counts as `ok` again and is no longer paced. Retry-After is honoured as a
+no 429 comes (cubic), so a lifted limit is found again; at about twice the rate last
+refused (RECKON_PROVIDER_RECOVER_S after the last 429, if none came since) the provider counts as
+`ok` again and is no longer paced. Retry-After is honoured as a
 pause of the whole provider when it says more than one second; `Retry-After: 1` is the smallest
 the header can say and means "slow down" to a client sending many requests a second, which the cut
 does. RECKON_PROVIDER_LIMITS caps the pace of named providers for this process (a limit known in
@@ -40,7 +41,6 @@ CUT_FAR, CUT_NEAR = 0.5, 0.85
 FAR_WINDOW_S = 1.0
 APPROACH = 0.95  # fast approach to this share of the rate last refused
 APPROACH_PER_S = 0.5  # close half the gap to it each second
-PROBE_DOUBLING_S = 30.0  # beyond it: twice the rate last refused after this long without a 429
 OK_AGAIN = 2.0  # at this multiple of the rate last refused, the provider is no longer paced
 RATE_WINDOW_S = 1.0  # the send rate measured when the first 429 comes
 
@@ -146,7 +146,7 @@ class Budget:
                                 + 0.01 * target * elapsed)
             return
         since = now - provider.cut_at
-        probe_rate = target * (1 + (since / PROBE_DOUBLING_S) ** 3)
+        probe_rate = target * (1 + (since / settings.RECKON_PROVIDER_RECOVER_S) ** 3)
         provider.rate = max(provider.rate, probe_rate)
         if provider.rate >= OK_AGAIN * provider.refused_at_rate:
             provider.rate = None
