@@ -4,9 +4,10 @@ Every call to a provider (`ledger.providers.call`, SMTP sends, webhook questions
 first and reports how it went. Per provider name, independently of every other provider:
 
 **Rate (AIMD).** A provider that never answered 429 is not paced at all. On a 429 the pace drops
-below the rate that was refused: to half of it while 429s keep coming (we are far above the limit:
-get under it fast), to 85 % when the last cut is over a second old (we crept just above it). A 429
-for a request sent before the last cut says nothing new and is ignored. Between 429s the pace
+to 85 % of the rate that was refused: the lower of the pace and the rate of requests the provider
+accepted over the last second (which, while it refuses some, is its limit, give or take the burst
+it allows; so the first 429 of a backlog sent far too fast brings the pace near the limit at once).
+A 429 for a request sent before the last cut says nothing new and is ignored. Between 429s the pace
 climbs back: quickly to 95 % of the rate last refused, then slowly beyond it and faster the longer
 no 429 comes (cubic), so a lifted limit is found again; at about twice the rate last
 refused (RECKON_PROVIDER_RECOVER_S after the last 429, if none came since) the provider counts as
@@ -32,17 +33,18 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
 # AIMD constants; see the module docstring.
-CUT_FAR, CUT_NEAR = 0.5, 0.85
-FAR_WINDOW_S = 1.0
+CUT = 0.85
 APPROACH = 0.95  # fast approach to this share of the rate last refused
 APPROACH_PER_S = 0.5  # close half the gap to it each second
 OK_AGAIN = 2.0  # at this multiple of the rate last refused, the provider is no longer paced
-RATE_WINDOW_S = 1.0  # the send rate measured when the first 429 comes
+RATE_WINDOW_S = 1.0  # the accepted rate is measured over this long...
+MIN_SPAN_S = 0.25  # ...or since the first answer, but never over less than this
 
 
 class NotSent(Exception):
@@ -82,7 +84,8 @@ class _Provider:
     probe_at: float = 0.0
     throttled: int = 0  # 429s answered to this process
     sent: int = 0
-    recent: list | None = None  # send times within RATE_WINDOW_S, while not paced
+    accepted: deque = field(default_factory=deque)  # times of answers other than 429, within RATE_WINDOW_S
+    first_answer_at: float | None = None
     last_reason: str = ""
 
     def pace(self) -> float | None:
@@ -99,7 +102,7 @@ class Budget:
     def _get(self, name: str) -> _Provider:
         provider = self._providers.get(name)
         if provider is None:
-            provider = _Provider(name, cap=settings.RECKON_PROVIDER_LIMITS.get(name), recent=[])
+            provider = _Provider(name, cap=settings.RECKON_PROVIDER_LIMITS.get(name))
             self._providers[name] = provider
         return provider
 
@@ -128,8 +131,6 @@ class Budget:
                                  f" turn is {wait:.1f} s away; not sent", wait)
             if pace:
                 provider.next_slot = start + 1 / pace
-            else:
-                provider.recent = [t for t in provider.recent if t > now - RATE_WINDOW_S] + [now]
             provider.sent += 1
         if wait > 0:
             time.sleep(wait)  # pacing the call itself, not waiting for another thread
@@ -150,7 +151,6 @@ class Budget:
         provider.rate = max(provider.rate, probe_rate)
         if provider.rate >= OK_AGAIN * provider.refused_at_rate:
             provider.rate = None
-            provider.recent = []
             self.changed.set()
 
     def _answered(self, slot: Slot, status: int, retry_after: float | None) -> None:
@@ -160,21 +160,23 @@ class Budget:
                 self._failed(provider, now, f"answered {status}")
                 return
             self._closed(provider)
+            if provider.first_answer_at is None:
+                provider.first_answer_at = now
+            while provider.accepted and provider.accepted[0] <= now - RATE_WINDOW_S:
+                provider.accepted.popleft()
             if status != 429:
+                provider.accepted.append(now)
                 return
             provider.throttled += 1
             if retry_after is not None and retry_after > 1:
                 provider.paused_until = max(provider.paused_until, now + retry_after)
             if slot.sent_at < provider.cut_at:
                 return  # sent before the last cut: nothing new
-            if provider.rate is None:
-                sending = len([t for t in provider.recent if t > now - RATE_WINDOW_S]) / RATE_WINDOW_S
-                current = min(value for value in (sending or 1.0, provider.cap) if value is not None)
-            else:
-                current = provider.pace()
-            far = now - provider.cut_at < FAR_WINDOW_S
+            span = max(MIN_SPAN_S, min(RATE_WINDOW_S, now - provider.first_answer_at))
+            accepted_rate = max(1.0, len(provider.accepted) / span)
+            current = min(value for value in (provider.pace(), accepted_rate) if value is not None)
             provider.refused_at_rate = current
-            provider.rate = max(0.1, current * (CUT_FAR if far else CUT_NEAR))
+            provider.rate = max(0.1, current * CUT)
             provider.cut_at = provider.adjusted_at = now
             provider.next_slot = max(provider.next_slot, now + 1 / provider.rate)
             self.changed.set()

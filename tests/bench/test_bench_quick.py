@@ -33,5 +33,8 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     small = {p["page"]: p["queries"] for p in report["scale"]["small_run"]["pages"]}
     large = {p["page"]: p["queries"] for p in report["scale"]["large_run"]["pages"]}
     assert small == large
+    # The rate-limited backlog drained, and the sandbox did refuse: the limit was really there.
+    rate_limit = report["rate_limit"]
+    assert rate_limit["requests"] >= rate_limit["jobs"] and rate_limit["seconds"] >= rate_limit["ideal_s"] * 0.9
     assert set(report["targets"]) == {"cycle_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
-                                      "selection_growth"}
+                                      "selection_growth", "rate_limit_drain_vs_ideal", "rate_limit_share_429"}

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from bench import sections
+from bench import providers, sections
 from chaos.world import World
 
 TARGETS = {
@@ -16,10 +16,12 @@ TARGETS = {
     "reconcile_ratio": 0.8,
     "page_growth": 1.3,
     "selection_growth": 1.5,
+    "rate_limit_drain_vs_ideal": 1.2,
+    "rate_limit_share_429": 0.01,
 }
 
 
-SECTIONS = ("cycles", "end_to_end", "reconciliation", "scale")
+SECTIONS = ("cycles", "end_to_end", "reconciliation", "scale", "rate_limit")
 
 
 class Command(BaseCommand):
@@ -66,6 +68,11 @@ class Command(BaseCommand):
                 report["scale"] = sections.at_scale(small=small, large=large, queued=queued,
                                                     repeats=5 if quick else 20)
                 self._scale(report["scale"])
+            if "rate_limit" in run:
+                jobs, limit = (500, 100.0) if quick else (10_000, 200.0)
+                self._section(f"a backlog of {jobs:,} unknown jobs drained against a limit of {limit:g} lookups/s")
+                report["rate_limit"] = providers.rate_limit(world, jobs=jobs, limit=limit)
+                self._rows([report["rate_limit"]])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -114,6 +121,9 @@ class Command(BaseCommand):
                                           for a, b in zip(small["pages"], large["pages"], strict=True))
             measured["selection_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)
                                                for a, b in zip(small["selection"], large["selection"], strict=True))
+        if "rate_limit" in report:
+            measured["rate_limit_drain_vs_ideal"] = report["rate_limit"]["drain_vs_ideal"]
+            measured["rate_limit_share_429"] = report["rate_limit"]["share_429"]
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():
