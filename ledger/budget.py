@@ -4,11 +4,12 @@ Every call to a provider (`ledger.providers.call`, SMTP sends, webhook questions
 first and reports how it went. Per provider name, independently of every other provider:
 
 **Rate (AIMD).** A provider that never answered 429 is not paced at all. On a 429 the pace drops
-to 85 % of the rate that was refused: the lower of the pace and the rate of requests the provider
-accepted over the last second (which, while it refuses some, is its limit, give or take the burst
-it allows; so the first 429 of a backlog sent far too fast brings the pace near the limit at once).
-A 429 for a request sent before the last cut says nothing new and is ignored. Between 429s the pace
-climbs back: quickly to 95 % of the rate last refused, then slowly beyond it and faster the longer
+to 90 % of the rate that was refused. That rate is the pace, or, for the first 429 (or when the
+provider accepted less than half the pace over the last second: its limit fell), the rate of
+requests it accepted over the last second, which while it refuses some is its limit, give or take
+the burst it allows: so the first 429 of a backlog sent far too fast brings the pace near the
+limit at once. A 429 for a request sent before the last cut says nothing new and is ignored. Between 429s the pace
+climbs back: quickly to 97 % of the rate last refused, then slowly beyond it and faster the longer
 no 429 comes (cubic), so a lifted limit is found again; at about twice the rate last
 refused (RECKON_PROVIDER_RECOVER_S after the last 429, if none came since) the provider counts as
 `ok` again and is no longer paced. Retry-After is honoured as a
@@ -39,8 +40,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 # AIMD constants; see the module docstring.
-CUT = 0.85
-APPROACH = 0.95  # fast approach to this share of the rate last refused
+CUT = 0.9
+APPROACH = 0.97  # fast approach to this share of the rate last refused
 APPROACH_PER_S = 0.5  # close half the gap to it each second
 OK_AGAIN = 2.0  # at this multiple of the rate last refused, the provider is no longer paced
 RATE_WINDOW_S = 1.0  # the accepted rate is measured over this long...
@@ -174,7 +175,8 @@ class Budget:
                 return  # sent before the last cut: nothing new
             span = max(MIN_SPAN_S, min(RATE_WINDOW_S, now - provider.first_answer_at))
             accepted_rate = max(1.0, len(provider.accepted) / span)
-            current = min(value for value in (provider.pace(), accepted_rate) if value is not None)
+            pace = provider.pace()
+            current = accepted_rate if pace is None or accepted_rate < pace / 2 else pace
             provider.refused_at_rate = current
             provider.rate = max(0.1, current * CUT)
             provider.cut_at = provider.adjusted_at = now

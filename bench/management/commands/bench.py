@@ -69,7 +69,7 @@ class Command(BaseCommand):
                                                     repeats=5 if quick else 20)
                 self._scale(report["scale"])
             if "rate_limit" in run:
-                jobs, limit = (500, 100.0) if quick else (10_000, 200.0)
+                jobs, limit = (500, 50.0) if quick else (10_000, 100.0)
                 self._section(f"a backlog of {jobs:,} unknown jobs drained against a limit of {limit:g} lookups/s")
                 report["rate_limit"] = providers.rate_limit(world, jobs=jobs, limit=limit)
                 self._rows([report["rate_limit"]])

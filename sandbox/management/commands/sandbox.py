@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sandbox.faults import FaultError
+from sandbox.ratelimit import parse_cli
 from sandbox.server import DEFAULT_DB, DEFAULT_PORT, build_server, serve
 
 
@@ -24,11 +25,14 @@ class Command(BaseCommand):
                             help="fault probability per effect, split evenly over error_5xx, "
                                  "fail_before_commit and drop_after_commit")
         parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
+        parser.add_argument("--rate-limit", action="append", default=[], metavar="PREFIX=N",
+                            help="answer 429 with Retry-After above N requests/s on a path prefix"
+                                 " (/invoices) or, as '*=N', on all others; repeatable")
 
     def handle(self, *args, **options) -> None:
         try:
             server = build_server(options["host"], options["port"], options["db"],
-                                  options["fault_rate"], options["seed"])
+                                  options["fault_rate"], options["seed"], parse_cli(options["rate_limit"]))
         except FaultError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
