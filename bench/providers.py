@@ -68,10 +68,10 @@ def rate_limit(world: World, *, jobs: int, limit: float, concurrency: int | None
     concurrency = concurrency or default_concurrency()
     unlimited_s, _, _ = _drain(world, "unlimited", jobs, None, concurrency)
     seconds, allowed, refused = _drain(world, "ratelimit", jobs, limit, concurrency)
+    budget = next((row for row in BUDGET.snapshot() if row["provider"] == "mail"), {})
     # Two reconciler processes on one backlog, each with its own budget learning the one limit.
     two_s, two_allowed, two_refused = _drain(world, "ratelimit2", jobs, limit, concurrency, processes=2)
     ideal = jobs / limit
-    budget = next((row for row in BUDGET.snapshot() if row["provider"] == "mail"), {})
     return {"jobs": jobs, "limit_per_s": limit, "concurrency": concurrency, "seconds": round(seconds, 2),
             "ideal_s": round(ideal, 2), "drain_vs_ideal": round(seconds / ideal, 3),
             "drained_per_s": round(jobs / seconds, 1), "unlimited_drained_per_s": round(jobs / unlimited_s, 1),
