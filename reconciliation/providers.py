@@ -60,7 +60,7 @@ class Line:
 
     provider: str
     state: str
-    rate: float | None  # the sum of the throttled processes' paces
+    rate: float | None  # the sum of the processes' paces (throttled, or capped by RECKON_PROVIDER_LIMITS)
     open_until: datetime | None
     processes: int
     throttled: int
@@ -76,7 +76,7 @@ def states() -> list[Line]:
     lines = []
     for provider, group in by_provider.items():
         worst = min(group, key=lambda row: ORDER[row.state])
-        paced = [row.rate for row in group if row.state == "throttled" and row.rate is not None]
+        paced = [row.rate for row in group if row.state != "open" and row.rate is not None]
         opened = [row.open_until for row in group if row.state == "open" and row.open_until]
         lines.append(Line(provider, worst.state, sum(paced) if paced else None, max(opened) if opened else None,
                           len(group), sum(row.throttled for row in group), worst.reason,

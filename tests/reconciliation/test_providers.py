@@ -3,6 +3,8 @@ it lifts, a 429 proves nothing and costs no look, and a downed provider opens it
 without slowing the others. Against real sandbox processes."""
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -126,3 +128,16 @@ def test_a_downed_provider_opens_its_circuit_and_the_others_go_on(provider, mail
     assert 'data-provider="mail" data-provider-state="ok"' in client.get("/").content.decode()
     assert set(Job.objects.filter(job_id__startswith="m-").values_list("check_count", flat=True)) <= {0, 1}
     assert_ledger_clean()
+
+
+def test_a_known_limit_caps_each_process_and_no_429_comes(provider, settings):
+    settings.RECKON_PROVIDER_LIMITS = {"mail": float(LIMIT)}  # this process's share of the provider's limit
+    provider.set_rate_limits({"/messages": LIMIT})
+    url = f"{provider.url}/messages?marker=x"
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda _: call("GET", url, provider="mail").status, range(40)))
+    elapsed = time.monotonic() - started
+    assert statuses == [200] * 40 and limit_counts(provider)[1] == 0
+    assert elapsed >= 39 / LIMIT * 0.95  # paced at the cap from the first call
+    assert state_of("mail")["state"] == "ok" and state_of("mail")["rate"] == LIMIT
