@@ -68,6 +68,21 @@ def Networks(name: str, raw: str) -> list[str]:
     return networks
 
 
+def Rates(name: str, raw: str) -> dict[str, float]:
+    """`billing=100,mail=50` -> {"billing": 100.0, "mail": 50.0} (positive rates only)."""
+    rates = {}
+    for item in List(name, raw):
+        key, _, value = item.rpartition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = 0.0
+        if not key.strip() or not rate > 0:
+            raise ValueError(f"{name} takes NAME=REQUESTS_PER_S items separated by commas, got {item!r}")
+        rates[key.strip()] = rate
+    return rates
+
+
 @dataclass(frozen=True)
 class Declaration:
     name: str
@@ -104,7 +119,7 @@ def setting(name: str, default: Any, parse: Parser, help: str, *, group: str, in
 
 
 def _show(default: Any) -> str:
-    if default is None or default == "" or default == []:
+    if default is None or default == "" or default == [] or default == {}:
         return ""
     if isinstance(default, bool):
         return "true" if default else "false"

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import Bool, Float, Int, List, Networks, Str, Url, declare, load_dotenv, setting
+from config.env import Bool, Float, Int, List, Networks, Rates, Str, Url, declare, load_dotenv, setting
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(BASE_DIR / ".env")
@@ -253,6 +253,12 @@ RECKON_MAIL_URL = setting("RECKON_MAIL_URL", RECKON_SANDBOX_URL, Url, "The mail 
 RECKON_PUBLISH_URL = setting("RECKON_PUBLISH_URL", RECKON_SANDBOX_URL, Url, "The publish target `social.publish_post` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
 RECKON_VAULT_URL = setting("RECKON_VAULT_URL", RECKON_SANDBOX_URL, Url, "The vault `vault.rotate_credential` calls.", group=PROVIDERS, shown_default="RECKON_SANDBOX_URL")
 RECKON_PROVIDER_TIMEOUT = setting("RECKON_PROVIDER_TIMEOUT", 10.0, Float, "Seconds a demo action waits for a provider (a timeout is unknown, never failed).", group=PROVIDERS)
+# Each provider's budget in each process (ledger/budget.py).
+RECKON_PROVIDER_CIRCUIT_FAILURES = setting("RECKON_PROVIDER_CIRCUIT_FAILURES", 5, Int, "Consecutive failures (refused, no answer, 5xx) that open a provider's circuit: its calls stop for a cool-down instead of failing one by one.", group=PROVIDERS)
+RECKON_PROVIDER_CIRCUIT_COOLDOWN_S = setting("RECKON_PROVIDER_CIRCUIT_COOLDOWN_S", 10.0, Float, "Seconds an open circuit stays open before one probe call is let through.", group=PROVIDERS)
+RECKON_PROVIDER_MAX_WAIT_S = setting("RECKON_PROVIDER_MAX_WAIT_S", 2.0, Float, "The longest a call waits for its provider's turn when rate limited; beyond it the call is not sent and is tried later.", group=PROVIDERS)
+RECKON_PROVIDER_RECOVER_S = setting("RECKON_PROVIDER_RECOVER_S", 30.0, Float, "After a 429, seconds without another until a provider's pace is back to twice the refused rate.", group=PROVIDERS)
+RECKON_PROVIDER_LIMITS = setting("RECKON_PROVIDER_LIMITS", {}, Rates, "Known provider limits, requests/s for each process (`billing=50,mail=25`: a provider's limit divided by the processes calling it). Unset: learnt from 429 answers.", group=PROVIDERS, example="billing=50,mail=25")
 # The SMTP server `smtp.send_mail` sends through, and the API that finds a sent message by its
 # Message-ID (the SMTP sandbox by default; SMTP itself has no read path).
 RECKON_SMTP_HOST = setting("RECKON_SMTP_HOST", "127.0.0.1", Str, "The SMTP server `smtp.send_mail` sends through (`make run` serves the SMTP sandbox there).", group=PROVIDERS)

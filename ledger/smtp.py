@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from email import policy
 from email.message import EmailMessage
 
+from ledger.budget import BUDGET
 from ledger.providers import NoAnswer, NotSent
 
 MARKER_HEADER = "X-Reckon-Marker"
@@ -73,7 +74,22 @@ class Accepted:
 
 
 def send(message: EmailMessage, *, host: str, port: int, timeout: float) -> Accepted:
-    """One SMTP transaction for `message`: `Accepted`, or NotSent / Rejected / NoAnswer."""
+    """One SMTP transaction for `message` within the server's budget (ledger.budget, provider
+    "smtp"): `Accepted`, or NotSent (OverBudget, CircuitOpen among them) / Rejected / NoAnswer."""
+    slot = BUDGET.slot("smtp")
+    try:
+        accepted = _send(message, host=host, port=port, timeout=timeout)
+    except (NotSent, NoAnswer) as exc:  # down or silent: towards opening its circuit
+        slot.no_answer(str(exc))
+        raise
+    except Rejected:
+        slot.answered(250)  # a refusal is an answer: the server is up
+        raise
+    slot.answered(accepted.code)
+    return accepted
+
+
+def _send(message: EmailMessage, *, host: str, port: int, timeout: float) -> Accepted:
     where = f"{host}:{port}"
     sender = message["From"].addresses[0].addr_spec
     recipients = [address.addr_spec for address in message["To"].addresses]

@@ -23,6 +23,7 @@ from ledger.states import ActorType, EventKind, Execution, JobStatus
 from reconciliation import resolution
 from reconciliation.lookups import Finding, Look
 from reconciliation.models import CheckOutcome, ReconciliationCheck
+from reconciliation.providers import publish as publish_provider_states
 
 log = logging.getLogger("reckon.reconciliation")
 
@@ -66,6 +67,7 @@ def backoff_seconds(check_count: int) -> float:
 def apply_looks(looks: list[Look]) -> list[Decision]:
     """Apply a batch of looks in one transaction; if that fails, job by job (a job that still
     fails is logged and left to its claim's expiry, as a failed lookup would be)."""
+    publish_provider_states()  # what these lookups taught this process's budget, for the console
     if len(looks) > 1:
         try:
             return _apply_batch(looks)
@@ -137,6 +139,8 @@ def _apply_look(batch: Batch, job: Job, attempt: Attempt, look: Look, checks: li
 
 
 def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict) -> Decision:
+    if finding.retry_in is not None:
+        return _not_asked(batch, job, attempt, finding, evidence)
     count = job.check_count + 1
     if count >= settings.RECKON_RECONCILE_MAX_CHECKS:
         note = f"{count} lookups gave no definite answer; a person must decide. Last: {finding.reason}"
@@ -155,6 +159,25 @@ def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, eviden
         evidence={**evidence, "check_count": count, "next_check_at": next_check_at.isoformat()},
     )
     return Decision(job.job_id, finding.outcome, f"retry in {delay:.1f} s", finding.reason)
+
+
+def _not_asked(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict) -> Decision:
+    """The provider was not really asked (rate limited, or its circuit is open): the look proves
+    nothing and does not count towards RECKON_RECONCILE_MAX_CHECKS; ask again when it says, with
+    jitter so the deferred jobs do not all come back at once."""
+    delay = finding.retry_in * (1 + random.uniform(0, 0.5))  # nosec B311  # jitter, not security
+    next_check_at = job.db_now + timedelta(seconds=delay)
+    batch.update_job(job, next_check_at=next_check_at)
+    batch.record_unchanged(
+        job,
+        attempt,
+        **RECONCILER.fields,
+        kind=EventKind.RECONCILIATION_UNAVAILABLE,
+        note=f"{finding.reason}; not counted as a look; next look in {delay:.1f} s",
+        evidence={**evidence, "check_count": job.check_count, "not_counted": True,
+                  "next_check_at": next_check_at.isoformat()},
+    )
+    return Decision(job.job_id, finding.outcome, f"not asked, again in {delay:.1f} s", finding.reason)
 
 
 def _not_queryable(batch: Batch, job: Job, attempt: Attempt, looked_at: Attempt) -> Decision:

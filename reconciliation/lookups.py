@@ -30,6 +30,9 @@ class Finding:
     reason: str  # for not_found: why a replay is safe; otherwise what was seen
     evidence: dict = field(default_factory=dict)
     result_ref: str = ""
+    # Set when the provider was not really asked (rate limited, circuit open): come back after
+    # this many seconds; such a look does not count towards RECKON_RECONCILE_MAX_CHECKS.
+    retry_in: float | None = None
 
 
 @dataclass(frozen=True)

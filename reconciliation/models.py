@@ -34,3 +34,31 @@ class ReconciliationCheck(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outcome} for {self.job_id} by {self.reconciler}"
+
+
+class ProviderState(models.Model):
+    """What one process's budget says of one provider (ledger.budget), published for the console
+    (reconciliation.providers). Each process writes only its own rows."""
+
+    class State(models.TextChoices):
+        OK = "ok"
+        THROTTLED = "throttled"
+        OPEN = "open"
+
+    provider = models.CharField(max_length=200)
+    process = models.CharField(max_length=200)  # host:pid
+    state = models.CharField(max_length=16, choices=State.choices)
+    rate = models.FloatField(null=True, blank=True)  # requests/s this process keeps to; null: unpaced
+    open_until = models.DateTimeField(null=True, blank=True)
+    throttled = models.PositiveBigIntegerField(default=0)  # 429s answered to this process so far
+    reason = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "process"], name="provider_state_one_per_process"),
+            models.CheckConstraint(condition=Q(state__in=["ok", "throttled", "open"]), name="provider_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.state} in {self.process}"

@@ -18,16 +18,32 @@ from reconciliation.models import CheckOutcome
 
 
 class LookupFailed(Exception):
-    """The provider gave no definite answer; the lookup proves nothing."""
+    """The provider gave no definite answer; the lookup proves nothing. `retry_in`: it was not
+    really asked (rate limited, circuit open), so the look does not count (`not_asked`)."""
+
+    def __init__(self, message: str, retry_in: float | None = None):
+        super().__init__(message)
+        self.retry_in = retry_in
 
 
-def _lookup(base_url: str, path: str, collection: str, lookups: list, **query) -> list[dict]:
+def not_asked(exc: Exception, reply_status: int | None = None, retry_after: float | None = None) -> float | None:
+    """The seconds after which to look again when the provider was not really asked: its budget
+    refused the call here (OverBudget, CircuitOpen) or it answered 429; otherwise None."""
+    if reply_status == 429:
+        return retry_after if retry_after is not None else 1.0
+    return getattr(exc, "retry_in", None)
+
+
+def _lookup(base_url: str, path: str, collection: str, lookups: list, *, provider: str, **query) -> list[dict]:
     url = f"{base_url}{path}?{urlencode(query)}"
     try:
-        reply = call("GET", url)
+        reply = call("GET", url, provider=provider)
     except (NotSent, NoAnswer) as exc:
         lookups.append({"url": url, "error": str(exc)})
-        raise LookupFailed(str(exc)) from exc
+        raise LookupFailed(str(exc), not_asked(exc)) from exc
+    if reply.status == 429:
+        lookups.append({"url": url, "status": reply.status, "error": reply.error})
+        raise LookupFailed(f"GET {url}: 429 {reply.error}", not_asked(None, 429, reply.retry_after))
     if not reply.ok or not isinstance(reply.body.get(collection), list):
         lookups.append({"url": url, "status": reply.status, "error": reply.error})
         raise LookupFailed(f"GET {url}: {reply.status} {reply.error}")
@@ -128,7 +144,8 @@ def _judge(
 
 
 def _unavailable(exc: LookupFailed, lookups: list) -> Finding:
-    return Finding(CheckOutcome.UNAVAILABLE, f"lookup gave no definite answer: {exc}", {"lookups": lookups})
+    return Finding(CheckOutcome.UNAVAILABLE, f"lookup gave no definite answer: {exc}", {"lookups": lookups},
+                   retry_in=exc.retry_in)
 
 
 def invoice(job: Job, attempt: Attempt) -> Finding:
@@ -136,8 +153,9 @@ def invoice(job: Job, attempt: Attempt) -> Finding:
     lookups: list = []
     base = settings.RECKON_BILLING_URL
     try:
-        by_key = _lookup(base, "/invoices", "invoices", lookups, idempotency_key=job.idempotency_key)
-        by_marker = _lookup(base, "/invoices", "invoices", lookups, marker=job.idempotency_key)
+        by_key = _lookup(base, "/invoices", "invoices", lookups, provider="billing",
+                         idempotency_key=job.idempotency_key)
+        by_marker = _lookup(base, "/invoices", "invoices", lookups, provider="billing", marker=job.idempotency_key)
     except LookupFailed as exc:
         return _unavailable(exc, lookups)
     records = list({r["id"]: r for r in by_key + by_marker}.values())
@@ -166,7 +184,7 @@ def mail(job: Job, attempt: Attempt) -> Finding:
     lookups: list = []
     try:
         records = _lookup(
-            settings.RECKON_MAIL_URL, "/messages", "messages", lookups, marker=job.idempotency_key
+            settings.RECKON_MAIL_URL, "/messages", "messages", lookups, provider="mail", marker=job.idempotency_key
         )
     except LookupFailed as exc:
         return _unavailable(exc, lookups)
@@ -190,7 +208,8 @@ def mail(job: Job, attempt: Attempt) -> Finding:
 def post(job: Job, attempt: Attempt) -> Finding:
     lookups: list = []
     try:
-        records = _lookup(settings.RECKON_PUBLISH_URL, "/posts", "posts", lookups, marker=job.idempotency_key)
+        records = _lookup(settings.RECKON_PUBLISH_URL, "/posts", "posts", lookups, provider="publish",
+                          marker=job.idempotency_key)
     except LookupFailed as exc:
         return _unavailable(exc, lookups)
 

@@ -19,6 +19,7 @@ from ledger.providers import NoAnswer, NotSent, call
 from ledger.smtp import message_id_for
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
+from reconciliation.reconcilers import not_asked
 
 SUMMARY = ("seq", "message_id", "marker", "from", "to", "subject", "received_at")
 
@@ -28,13 +29,15 @@ def sent_message(job: Job, attempt: Attempt) -> Finding:
     url = f"{settings.RECKON_SMTP_LOOKUP_URL}/messages?{urlencode({'message_id': message_id})}"
     evidence = {"message_id": message_id, "marker": job.idempotency_key, "url": url}
     try:
-        reply = call("GET", url)
+        reply = call("GET", url, provider="smtp-archive")
     except (NotSent, NoAnswer) as exc:
-        return Finding(CheckOutcome.UNAVAILABLE, f"the mail archive gave no answer: {exc}", evidence)
+        return Finding(CheckOutcome.UNAVAILABLE, f"the mail archive gave no answer: {exc}", evidence,
+                       retry_in=not_asked(exc))
     messages = reply.body.get("messages")
     if not reply.ok or not isinstance(messages, list):
         return Finding(CheckOutcome.UNAVAILABLE, f"the mail archive gave no definite answer: {reply.status} "
-                       f"{reply.error}", {**evidence, "status": reply.status})
+                       f"{reply.error}", {**evidence, "status": reply.status},
+                       retry_in=not_asked(None, reply.status, reply.retry_after))
     # What was found, without the text: enough for a person to judge, small enough to keep.
     evidence["found"] = [{name: message.get(name) for name in SUMMARY} for message in messages]
     if not messages:

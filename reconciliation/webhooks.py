@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook
 
 from ledger.actions import Webhook
+from ledger.budget import BUDGET, NotSent, parse_retry_after
 from ledger.models import Attempt, Job
 from reconciliation.lookups import Finding
 from reconciliation.models import CheckOutcome
@@ -58,7 +59,9 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     secrets = [os.environ.get(name, "") for name in webhook.secret_variables]
     record = {"url": webhook.url, "request": question}
     try:
-        status, raw = _post(webhook, body, sign_webhook(body, [s for s in secrets if s]))
+        status, raw, retry_after = _post(webhook, body, sign_webhook(body, [s for s in secrets if s]))
+    except NotSent as exc:  # its budget refused the call here: the receiver was not asked
+        return _unavailable(f"webhook {webhook.url} not asked: {exc}", record, getattr(exc, "retry_in", None))
     except OSError as exc:
         return _unavailable(f"webhook {webhook.url} did not answer: {type(exc).__name__}: {exc}", record)
     except http.client.HTTPException as exc:
@@ -70,6 +73,8 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
         record["answer_text"] = raw[:RAW_ANSWER_LIMIT].decode(errors="replace")
         return _unavailable(f"webhook answered {status} with a body that is not JSON", record)
     record["answer"] = answer
+    if status == 429:  # rate limited: not asked, so not counted
+        return _unavailable(f"webhook answered {status}", record, retry_after if retry_after is not None else 1.0)
     if not 200 <= status < 300:
         return _unavailable(f"webhook answered {status}", record)
     if not isinstance(answer, dict) or answer.get("outcome") not in ANSWERS:
@@ -82,12 +87,14 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     return Finding(answer["outcome"], reason, {**evidence, "webhook": record}, result_ref=result_ref)
 
 
-def _unavailable(reason: str, record: dict) -> Finding:
-    return Finding(CheckOutcome.UNAVAILABLE, reason, {"webhook": record})
+def _unavailable(reason: str, record: dict, retry_in: float | None = None) -> Finding:
+    return Finding(CheckOutcome.UNAVAILABLE, reason, {"webhook": record}, retry_in=retry_in)
 
 
-def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes]:
+def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes, float | None]:
+    """The answer's status, body and Retry-After, within the endpoint's budget (ledger.budget)."""
     parts = urlsplit(webhook.url)
+    slot = BUDGET.slot(f"webhook {parts.netloc}")
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = connection_class(parts.hostname, parts.port, timeout=webhook.timeout)
     try:
@@ -96,6 +103,12 @@ def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes]:
             "Content-Type": "application/json", WEBHOOK_SIGNATURE_HEADER: signature, "User-Agent": "reckon-reconciler",
         })
         response = connection.getresponse()
-        return response.status, response.read(1024 * 1024)
+        raw = response.read(1024 * 1024)
+    except (OSError, http.client.HTTPException) as exc:
+        slot.no_answer(f"{type(exc).__name__}: {exc}")
+        raise
     finally:
         connection.close()
+    retry_after = parse_retry_after(response.getheader("Retry-After"))
+    slot.answered(response.status, retry_after)
+    return response.status, raw, retry_after

@@ -8,6 +8,7 @@ response, dropping the connection for ``drop_after_commit``) lives in ``sandbox.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote
 
 from sandbox.faults import FaultConfig, FaultError, Faults, Latency, parse_header
+from sandbox.ratelimit import RateLimits
 from sandbox.store import Refused, RolledBack, Store
 
 MAX_TEXT = 10_000
@@ -141,6 +143,8 @@ ROUTES = (
     route(r"/_admin/latency", {"GET": "admin_get_latency", "PUT": "admin_set_latency"}, "internal"),
     route(r"/_admin/forget_keys", {"GET": "admin_get_forget", "PUT": "admin_set_forget"},
           "internal"),
+    route(r"/_admin/rate_limits", {"GET": "admin_get_rate_limits", "PUT": "admin_set_rate_limits"},
+          "internal"),
     route(r"/_admin/reset", {"POST": "admin_reset"}, "internal"),
     route(r"/_effects", {"GET": "effects"}, "internal"),
     route(r"/_health", {"GET": "health"}, "internal"),
@@ -148,10 +152,12 @@ ROUTES = (
 
 
 class App:
-    def __init__(self, store: Store, faults: FaultConfig | None = None, latency: Latency | None = None):
+    def __init__(self, store: Store, faults: FaultConfig | None = None, latency: Latency | None = None,
+                 limits: RateLimits | None = None):
         self.store = store
         self.faults = faults or FaultConfig()
         self.latency = latency or Latency()
+        self.limits = limits or RateLimits()
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -177,6 +183,11 @@ class App:
             message = matched.refusal or (
                 f"method {request.method} is not allowed on {request.path}; allowed: {allow}")
             raise ApiError(405, message, {"Allow": allow} if allow else {})
+        if matched.kind != "internal" and (refused := self.limits.check(request.path)):
+            name, rate, wait = refused
+            # Retry-After is whole seconds (RFC 9110); the bucket refills sooner at high rates.
+            raise ApiError(429, f"rate limit of {rate:g} requests/s on {name} exceeded;"
+                                f" nothing was done", {"Retry-After": str(max(1, math.ceil(wait)))})
         creates = matched.kind == "effect" and request.method == "POST"
         if matched.kind != "internal" and self.latency.seconds:
             time.sleep(self.latency.seconds)  # the provider's round trip (sandbox.faults.Latency)
@@ -342,6 +353,12 @@ class App:
     def admin_set_latency(self, request: Request) -> Response:
         return Response(200, self.latency.update(request.json()))
 
+    def admin_get_rate_limits(self, request: Request) -> Response:
+        return Response(200, self.limits.as_dict())
+
+    def admin_set_rate_limits(self, request: Request) -> Response:
+        return Response(200, self.limits.update(request.json()))
+
     def admin_get_forget(self, request: Request) -> Response:
         return Response(200, {"forget": self.store.forgets_keys()})
 
@@ -357,6 +374,7 @@ class App:
         self.store.reset()
         self.faults.reset()
         self.latency.reset()
+        self.limits.reset()
         return Response(200, {"reset": True})
 
     def effects(self, request: Request) -> Response:

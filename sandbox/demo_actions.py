@@ -40,9 +40,11 @@ def _send(
     *,
     headers: dict | None = None,
     result_field: str = "id",
+    provider: str,
 ) -> Outcome:
     try:
-        reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})}, fault_job=job.job_id)
+        reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})}, fault_job=job.job_id,
+                     provider=provider)
     except NotSent as exc:
         return Failed(error=str(exc), retryable=True, evidence={"sent": False})
     except NoAnswer as exc:
@@ -71,14 +73,15 @@ def create_invoice(job: Job) -> Outcome:
         "description": p.get("description", ""),
         "metadata": {"reckon_marker": job.idempotency_key, "reckon_job": job.job_id},
     }
-    return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body)
+    return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body, provider="billing")
 
 
 @action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.mail")
 def send_mail(job: Job) -> Outcome:
     p = job.payload
     body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
-    return _send(job, "POST", f"{settings.RECKON_MAIL_URL}/messages", body, result_field="message_id")
+    return _send(job, "POST", f"{settings.RECKON_MAIL_URL}/messages", body, result_field="message_id",
+                 provider="mail")
 
 
 # The same mail, sent by a worker of your own over HTTP (the README's "An external worker over
@@ -91,7 +94,7 @@ register(Action("mail.external", executor=None, queryable=True, lease_ttl=LEASE_
 def observe_profile(job: Job) -> dict:
     """What the browser profile is logged into right now (raises if it cannot be read)."""
     profile = job.identity.get("profile", "")
-    reply = call("GET", f"{settings.RECKON_PUBLISH_URL}/profiles/{quote(profile, safe='')}")
+    reply = call("GET", f"{settings.RECKON_PUBLISH_URL}/profiles/{quote(profile, safe='')}", provider="publish")
     if not reply.ok:
         raise RuntimeError(f"profile {profile!r}: {reply.status} {reply.error}")
     return {
@@ -112,6 +115,7 @@ def publish_post(job: Job) -> Outcome:
         body,
         headers={"X-Profile": job.identity.get("profile", "")},
         result_field="post_id",
+        provider="publish",
     )
 
 
@@ -119,7 +123,8 @@ def publish_post(job: Job) -> Outcome:
 def rotate_credential(job: Job) -> Outcome:
     name = quote(str(job.payload.get("name", "")), safe="")
     return _send(
-        job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {}, result_field="version"
+        job, "POST", f"{settings.RECKON_VAULT_URL}/credentials/{name}/rotate", {}, result_field="version",
+        provider="vault",
     )
 
 

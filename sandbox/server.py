@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sandbox.api import App, Request, Response
 from sandbox.faults import FaultConfig, FaultError, Latency
+from sandbox.ratelimit import RateLimits, parse_cli
 from sandbox.store import Store
 
 DEFAULT_PORT = 8765
@@ -131,10 +132,11 @@ class SandboxServer(ThreadingHTTPServer):
 
 
 def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT, db: str | Path = DEFAULT_DB,
-                 fault_rate: float = 0.0, seed: int | None = None, latency_ms: float = 0.0) -> SandboxServer:
+                 fault_rate: float = 0.0, seed: int | None = None, latency_ms: float = 0.0,
+                 rate_limits: dict | None = None) -> SandboxServer:
     """Open the store and bind the port (raises FaultError or OSError)."""
     faults = FaultConfig.from_rate(fault_rate, seed)
-    return SandboxServer((host, port), App(Store(db), faults, Latency(latency_ms)))
+    return SandboxServer((host, port), App(Store(db), faults, Latency(latency_ms), RateLimits(rate_limits)))
 
 
 def serve(server: SandboxServer) -> None:
@@ -166,9 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
     parser.add_argument("--latency-ms", type=float, default=0.0,
                         help="the provider's round trip: every lookup and effect waits this long")
+    parser.add_argument("--rate-limit", action="append", default=[], metavar="PREFIX=N",
+                        help="answer 429 above N requests/s on a path prefix (or '*': all others);"
+                             " repeatable")
     args = parser.parse_args(argv)
     try:
-        server = build_server(args.host, args.port, args.db, args.fault_rate, args.seed, args.latency_ms)
+        server = build_server(args.host, args.port, args.db, args.fault_rate, args.seed, args.latency_ms,
+                              parse_cli(args.rate_limit))
     except FaultError as exc:
         parser.error(str(exc))
     except OSError as exc:

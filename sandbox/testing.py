@@ -156,12 +156,14 @@ class SandboxProcess(ServerProcess):
 
     def __init__(self, db_path: str | Path | None = None, *, host: str = "127.0.0.1",
                  port: int | None = None, fault_rate: float = 0.0, seed: int | None = None,
-                 latency_ms: float = 0.0, startup_timeout: float = 15.0, stop_timeout: float = 5.0):
+                 latency_ms: float = 0.0, rate_limits: dict | None = None, startup_timeout: float = 15.0,
+                 stop_timeout: float = 5.0):
         tmpdir = None if db_path else Path(tempfile.mkdtemp(prefix="reckon-sandbox-"))
         super().__init__(Path(db_path) if db_path else tmpdir / "sandbox.sqlite3", tmpdir,
                          startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.host, self.port, self._fixed_port = host, port, port is not None
         self.fault_rate, self.seed, self.latency_ms = fault_rate, seed, latency_ms
+        self.rate_limits = dict(rate_limits or {})
 
     @property
     def url(self) -> str:
@@ -197,6 +199,8 @@ class SandboxProcess(ServerProcess):
                    "--latency-ms", str(self.latency_ms)]
         if self.seed is not None:
             command += ["--seed", str(self.seed)]
+        for prefix, rate in self.rate_limits.items():
+            command += ["--rate-limit", f"{prefix}={rate}"]
         return command
 
     # -- client helpers --------------------------------------------------------------------
@@ -215,6 +219,14 @@ class SandboxProcess(ServerProcess):
         response = self.request("PUT", "/_admin/latency", {"ms": ms})
         if response.status != 200:
             raise SandboxError(f"setting the latency failed: {response.status} {response.json}")
+
+    def set_rate_limits(self, limits: dict, burst_s: float | None = None) -> dict:
+        """Change the limits live (``PUT /_admin/rate_limits``); {} lifts them all."""
+        body = {"limits": limits, **({"burst_s": burst_s} if burst_s is not None else {})}
+        response = self.request("PUT", "/_admin/rate_limits", body)
+        if response.status != 200:
+            raise SandboxError(f"setting rate limits failed: {response.status} {response.json}")
+        return response.json
 
     def effects(self, key: str | None = None, marker: str | None = None) -> dict:
         query = urlencode({name: value for name, value in (("key", key), ("marker", marker))

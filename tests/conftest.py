@@ -24,6 +24,14 @@ def _test_settings(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_provider_budgets():
+    """Each test starts with no provider throttled and no circuit open (ledger.budget is per process)."""
+    from ledger.budget import BUDGET
+
+    BUDGET.forget()
+
+
 def make_job(job_id: str = "job-1", *, action: str = "reckon.echo", tenant: str = "acme",
              payload: dict | None = None, identity: dict | None = None) -> Job:
     return services.enqueue_job(job_id=job_id, tenant=tenant, action=action,

@@ -46,5 +46,9 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert hosts["checks"] == hosts["jobs_checked"] == hosts["backlog"] == sum(hosts["shares"])
     assert hosts["most_checks_per_job"] == 1
     assert hosts["db_connections_max"] == 3, hosts
+    # The rate-limited backlog drained, and the sandbox did refuse: the limit was really there.
+    rate_limit = report["rate_limit"]
+    assert rate_limit["requests"] >= rate_limit["jobs"] and rate_limit["seconds"] >= rate_limit["ideal_s"] * 0.9
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
-                                      "selection_growth", "drain_0ms_ratio", "drain_latency_ratio"}
+                                      "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
+                                      "rate_limit_drain_vs_ideal", "rate_limit_share_429"}

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from bench import drain, http_cycle, sections
+from bench import drain, http_cycle, providers, sections
 from chaos.world import World
 
 TARGETS = {
@@ -19,10 +19,12 @@ TARGETS = {
     "selection_growth": 1.5,
     "drain_0ms_ratio": 0.8,
     "drain_latency_ratio": 0.9,
+    "rate_limit_drain_vs_ideal": 1.2,
+    "rate_limit_share_429": 0.01,
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain")
+SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit")
 
 
 class Command(BaseCommand):
@@ -78,6 +80,11 @@ class Command(BaseCommand):
                 self._section("backlog drain: unknown jobs reconciled vs raw lookups, by provider latency")
                 report["drain"] = drain.drain(world, **drain.QUICK if quick else drain.FULL)
                 self._drain(report["drain"])
+            if "rate_limit" in run:
+                jobs, limit = (500, 50.0) if quick else (10_000, 100.0)
+                self._section(f"a backlog of {jobs:,} unknown jobs drained against a limit of {limit:g} lookups/s")
+                report["rate_limit"] = providers.rate_limit(world, jobs=jobs, limit=limit)
+                self._rows([report["rate_limit"]])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -142,6 +149,9 @@ class Command(BaseCommand):
                                           for a, b in zip(small["pages"], large["pages"], strict=True))
             measured["selection_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)
                                                for a, b in zip(small["selection"], large["selection"], strict=True))
+        if "rate_limit" in report:
+            measured["rate_limit_drain_vs_ideal"] = report["rate_limit"]["drain_vs_ideal"]
+            measured["rate_limit_share_429"] = report["rate_limit"]["share_429"]
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sandbox.faults import FaultError
+from sandbox.ratelimit import parse_cli
 from sandbox.server import DEFAULT_DB, DEFAULT_PORT, build_server, serve
 
 
@@ -26,11 +27,15 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=None, help="seed of the fault draws")
         parser.add_argument("--latency-ms", type=float, default=0.0,
                             help="the provider's round trip: every lookup and effect waits this long (0)")
+        parser.add_argument("--rate-limit", action="append", default=[], metavar="PREFIX=N",
+                            help="answer 429 with Retry-After above N requests/s on a path prefix"
+                                 " (/invoices) or, as '*=N', on all others; repeatable")
 
     def handle(self, *args, **options) -> None:
         try:
             server = build_server(options["host"], options["port"], options["db"],
-                                  options["fault_rate"], options["seed"], options["latency_ms"])
+                                  options["fault_rate"], options["seed"], options["latency_ms"],
+                                  parse_cli(options["rate_limit"]))
         except FaultError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
