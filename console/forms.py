@@ -16,6 +16,7 @@ DECISION_LABELS = {
     "mark_not_found": "Mark not found",
     "escalate": "Escalate",
     "retry_reconciliation": "Retry reconciliation",
+    "request_approval": "Ask for approval again",
     "cancel_job": "Cancel job",
 }
 BULK_DECISIONS = ("retry_reconciliation", "cancel_job")

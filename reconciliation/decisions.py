@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from approvals.models import ApprovalRequest
+from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Batch, LedgerError, identity_mismatch, latest_attempt, lock_job
-from ledger.states import FINISHED_JOB, EventKind, Execution, JobStatus
+from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 from reconciliation import resolution
 from reconciliation.models import ReconciliationCheck
 from reconciliation.resolution import By
@@ -61,6 +63,10 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     if decision == "mark_not_found" and state == Execution.BLOCKED:
         return ("a blocked attempt sent nothing, so there is nothing to find: re-check identity, and replay "
                 "once the binding matches")
+    if decision == "request_approval":
+        if state != Execution.FAILED or job.status not in (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED):
+            return (f"approval is asked again only for a job back with the operators after its attempt did "
+                    f"nothing; job is {job.status}, attempt {attempt.number} is {state}")
     if decision == "confirm_effect" and state != Execution.UNKNOWN:
         return f"only an unknown attempt can be confirmed; attempt {attempt.number} is {state}"
     if decision == "mark_not_found" and state != Execution.UNKNOWN:
@@ -171,6 +177,18 @@ def replay_blocked(*, job_id: str, version: int, user, note: str) -> Attempt:
     return attempt
 
 
+def request_approval(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """The replay's approval request expired, was rejected or withdrawn: ask a second person again."""
+    with _deciding("request_approval", job_id, version, user, note) as (batch, job, attempt, note):
+        previous = ApprovalRequest.objects.filter(job=job).order_by("-id").values("pk", "status").first()
+        open_approval_request(
+            batch, job, attempt, requested_by=user, actor=user.get_username(), actor_type=ActorType.OPERATOR,
+            reason=f"{user.get_username()} asks again: {note}",
+            evidence={"asked_again_by": user.get_username(), "operator_note": note, "previous_request": previous},
+        )
+    return attempt
+
+
 # Every decision by name, in the order the console shows them.
 DECISIONS = {
     "recheck_identity": recheck_identity,
@@ -179,6 +197,7 @@ DECISIONS = {
     "mark_not_found": mark_not_found,
     "escalate": escalate,
     "retry_reconciliation": retry_reconciliation,
+    "request_approval": request_approval,
     "cancel_job": cancel_job,
 }
 # Decisions that end a job for good: the console asks for a second, explicit step.

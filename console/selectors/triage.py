@@ -83,10 +83,10 @@ def triage(job: Job, attempt: Attempt | None, event: LedgerEvent | None) -> Tria
             return Triage(note, "check by hand, then confirm the effect or mark it not found")
         if kind == EventKind.APPROVAL_EXPIRED:
             return Triage(f"the replay's approval request expired at {event.at:%Y-%m-%d %H:%M} UTC without a decision",
-                          "back to you: mark not found again to ask for a new approval, or confirm or cancel")
+                          "back to the operators: ask for approval again, escalate, or cancel")
         if kind == EventKind.APPROVAL_REJECTED:
             return Triage(f"replay rejected by {event.actor}" + (f": {note}" if note else ""),
-                          "confirm the effect, escalate, or cancel the job")
+                          "ask for approval again with more evidence, escalate, or cancel the job")
     if job.status == JobStatus.ESCALATED:
         who = f"escalated by {event.actor}" if kind in (EventKind.OPERATOR_ESCALATED, EventKind.RECONCILED_CONFLICT) else "escalated"
         return Triage(f"{who}: {note}" if note else who, "someone with more context decides")

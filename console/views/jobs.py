@@ -22,6 +22,7 @@ DECISION_HELP = {
     "mark_not_found": "Nothing happened: the job is replayed with the same key.",
     "escalate": "Hand the job to someone with more context; nothing automatic happens.",
     "retry_reconciliation": "Ask the provider again now, with a fresh round of checks.",
+    "request_approval": "The attempt did nothing; a second person approves the replay (a new request).",
     "cancel_job": "No more attempts. An unknown attempt stays unknown on record.",
 }
 IRREVERSIBLE_NOT_FOUND_HELP = (
@@ -36,6 +37,7 @@ DECISION_KEYS = {
     "mark_not_found": "n",
     "escalate": "e",
     "retry_reconciliation": "r",
+    "request_approval": "a",
     "cancel_job": "x",
 }
 # What the second step of a destructive decision says will happen.
