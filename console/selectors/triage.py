@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.states import EventKind, Execution, JobStatus
+from ledger.states import UNKNOWN_WORK, EventKind, Execution, JobStatus
 
 # Events that say nothing about why a job waits: refusals and repeats leave its state as it was.
 QUIET_KINDS = (
@@ -36,6 +36,16 @@ CROSS JOIN LATERAL (
     ORDER BY id DESC LIMIT 1
 ) AS e
 """  # nosec B608  # the table name is the model's; values are bound
+
+
+# Jobs outside the unknown-work queue: nothing waits for a decision.
+SETTLED = {
+    JobStatus.PENDING: ("queued for a worker", "a worker claims it"),
+    JobStatus.RUNNING: ("a worker holds its lease", "wait for the attempt to finish or its lease to expire"),
+    JobStatus.SUCCEEDED: ("done: the effect happened", "nothing left to do"),
+    JobStatus.FAILED: ("failed: no attempt may run again", "nothing left to do"),
+    JobStatus.CANCELLED: ("cancelled", "nothing left to do"),
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ def latest_telling_events(job_pks: list[int]) -> dict[int, LedgerEvent]:
 def triage(job: Job, attempt: Attempt | None, event: LedgerEvent | None) -> Triage:
     kind = event.kind if event else ""
     note = event.note if event else ""
+    if job.status not in UNKNOWN_WORK:
+        return Triage(*SETTLED[job.status])
     if attempt is not None and attempt.execution_state == Execution.BLOCKED:
         return _blocked(job, attempt)
     if job.status == JobStatus.NEEDS_RECONCILIATION:
