@@ -8,6 +8,7 @@ from ledger import runtime
 from ledger.models import Job, LedgerEvent
 from tests.conftest import latest_attempt, make_job
 from tests.console.conftest import htmx, latest_version
+from tests.reconciliation.helpers import assert_ledger_clean
 
 pytestmark = pytest.mark.django_db
 
@@ -73,6 +74,7 @@ def test_re_check_while_it_still_mismatches_records_what_it_saw_and_still_offers
     attempt = latest_attempt("post-1")
     assert (attempt.execution_state, attempt.number) == ("blocked", 1)
     assert Job.objects.get(job_id="post-1").status == "blocked"
+    assert_ledger_clean()
 
 
 def test_once_the_binding_matches_a_replay_runs_with_the_same_key_and_posts_once(client, operator, provider):
@@ -89,6 +91,7 @@ def test_once_the_binding_matches_a_replay_runs_with_the_same_key_and_posts_once
     assert _events("post-1")[-3:] == ["operator_rechecked_identity", "operator_replayed_blocked", "attempt_opened"]
     assert runtime.run_job("post-1", worker="w") == "succeeded"
     assert provider.effects(marker="social.publish_post:post-1")["count"] == 1
+    assert_ledger_clean()
 
 
 def test_a_replay_before_the_binding_matches_is_refused_says_why_and_changes_nothing(client, operator, provider):
