@@ -10,10 +10,13 @@ from console.selectors.queue import TABS, QueueFilter
 from ledger.actions import registered_actions
 
 DECISION_LABELS = {
+    "recheck_identity": "Re-check identity",
+    "replay_blocked": "Replay",
     "confirm_effect": "Confirm effect",
     "mark_not_found": "Mark not found",
     "escalate": "Escalate",
     "retry_reconciliation": "Retry reconciliation",
+    "request_approval": "Ask for approval again",
     "cancel_job": "Cancel job",
 }
 BULK_DECISIONS = ("retry_reconciliation", "cancel_job")
@@ -79,11 +82,14 @@ class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
     version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     note = NoteField()
+    # The second, explicit step of a destructive decision (rendered by the server, no JS dialog).
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class BulkDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
     note = NoteField()
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, data=None, **kwargs):
         super().__init__(data, **kwargs)

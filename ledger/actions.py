@@ -103,6 +103,9 @@ class Action:
     # The identity fields a job of this action must be bound to (checked before any side effect).
     identity: tuple[str, ...] = ()
     runbook_url: str = ""
+    # How an operator checks by hand whether the effect happened (a few lines, shown beside the
+    # decision on the job page), for when the reconciler cannot tell.
+    check_by_hand: str = ""
     # Where the action was declared (the actions file, or a module), for `manage.py actions`.
     source: str = ""
 
@@ -188,6 +191,7 @@ def action(
     observe_identity: Callable[[Job], dict] | None = None,
     identity: tuple[str, ...] = (),
     runbook_url: str = "",
+    check_by_hand: str = "",
 ) -> Callable[[Executor], Executor]:
     """Register the decorated function as the executor of action `name` (see `Action`)."""
 
@@ -195,7 +199,7 @@ def action(
         register(Action(name=name, executor=executor, reversible=reversible, queryable=queryable,
                         max_attempts=max_attempts, lease_ttl=lease_ttl, reconciler=reconciler,
                         observe_identity=observe_identity, identity=tuple(identity), runbook_url=runbook_url,
-                        source=f"module {executor.__module__}"))
+                        check_by_hand=check_by_hand, source=f"module {executor.__module__}"))
         return executor
 
     return decorate

@@ -12,6 +12,7 @@ exists). Each table under `actions` declares one action:
     lease_ttl = 30                                 # seconds
     identity = ["account"]                         # binding fields checked before any side effect
     runbook_url = "https://wiki.example.com/charges"
+    check_by_hand = "Search the dashboard for the job's key"  # shown beside the decision
     replay = "approval"                            # "automatic" (reversible actions only) or "approval"
 
 A webhook reconciler is an endpoint of the team's own that Reckon asks, signed:
@@ -51,6 +52,7 @@ KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "lease_ttl": ((int, float), False),
     "identity": ((list,), False),
     "runbook_url": ((str,), False),
+    "check_by_hand": ((str,), False),
     "replay": ((str,), False),
     "webhook_url": ((str,), False),
     "webhook_secrets": ((list,), False),
@@ -149,7 +151,7 @@ def parse_action(name: str, table, *, source: str) -> Action:
     return Action(
         name=name, executor=executor, reversible=reversible, queryable=queryable, max_attempts=max_attempts,
         lease_ttl=timedelta(seconds=lease_ttl), reconciler=reconciler, identity=tuple(identity),
-        runbook_url=runbook_url, source=source,
+        runbook_url=runbook_url, check_by_hand=table.get("check_by_hand", "").strip(), source=source,
     )
 
 

@@ -97,6 +97,8 @@ class EventKind(models.TextChoices):
     OPERATOR_ESCALATED = "operator_escalated"
     OPERATOR_RETRIED_RECONCILIATION = "operator_retried_reconciliation"
     OPERATOR_CANCELLED = "operator_cancelled"
+    OPERATOR_RECHECKED_IDENTITY = "operator_rechecked_identity"  # a blocked attempt's binding, looked at again
+    OPERATOR_REPLAYED_BLOCKED = "operator_replayed_blocked"  # nothing was sent and the binding now matches
     # approvals
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"

@@ -1,4 +1,5 @@
-"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel.
+"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel,
+and for a blocked attempt (its identity did not match, nothing was sent): re-check identity, replay.
 
 The rules they apply are the reconciler's (`reconciliation.resolution`); this module adds what a
 person's decision needs around them.
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from approvals.models import ApprovalRequest
+from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import Batch, LedgerError, latest_attempt, lock_job
-from ledger.states import FINISHED_JOB, EventKind, Execution, JobStatus
+from ledger.services import Batch, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 from reconciliation import resolution
 from reconciliation.models import ReconciliationCheck
 from reconciliation.resolution import By
@@ -46,12 +49,28 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     if decision == "mark_not_found" and not job.policy and declared_action(job.action) is None:
         return (f"action {job.action} is not declared in this deployment and the job predates policy "
                 "snapshots: whether a replay needs approval is unknown here")
+    if decision in ("recheck_identity", "replay_blocked") and state != Execution.BLOCKED:
+        return f"only a blocked attempt has an identity to re-check; attempt {attempt.number} is {state}"
+    if decision == "recheck_identity":
+        action = declared_action(job.action)
+        if action is None or action.observe_identity is None:
+            return (f"action {job.action} has no identity check in this deployment (its own workers observe "
+                    "the identity): fix the binding where the worker runs, then cancel and enqueue again")
+    if decision == "replay_blocked":
+        mismatch = identity_mismatch(job.identity, attempt.observed_identity)
+        if mismatch:
+            return f"the binding still does not match ({mismatch.removeprefix('identity mismatch: ')}); re-check identity first"
+    if decision == "mark_not_found" and state == Execution.BLOCKED:
+        return ("a blocked attempt sent nothing, so there is nothing to find: re-check identity, and replay "
+                "once the binding matches")
+    if decision == "request_approval":
+        if state != Execution.FAILED or job.status not in (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED):
+            return (f"approval is asked again only for a job back with the operators after its attempt did "
+                    f"nothing; job is {job.status}, attempt {attempt.number} is {state}")
     if decision == "confirm_effect" and state != Execution.UNKNOWN:
         return f"only an unknown attempt can be confirmed; attempt {attempt.number} is {state}"
-    if decision == "mark_not_found" and state not in (Execution.UNKNOWN, Execution.BLOCKED):
-        return (
-            f"only an unknown or blocked attempt can be marked not found; attempt {attempt.number} is {state}"
-        )
+    if decision == "mark_not_found" and state != Execution.UNKNOWN:
+        return f"only an unknown attempt can be marked not found; attempt {attempt.number} is {state}"
     if decision == "escalate" and job.status not in ESCALATABLE:
         return f"a job that is {job.status} cannot be escalated"
     if decision == "retry_reconciliation":
@@ -121,14 +140,68 @@ def cancel_job(*, job_id: str, version: int, user, note: str) -> Attempt:
     return attempt
 
 
+def recheck_identity(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """Run the action's identity check again now; the attempt stays blocked and records what it saw.
+
+    The check calls the provider, so it runs before the job is locked; the decision then applies
+    only if the attempt is still the version the operator saw (a compare-and-set, as for any decision)."""
+    _require_note(note)
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise DecisionRefused(f"no job with id {job_id!r}")
+    why = _why_not("recheck_identity", job, latest_attempt(job))
+    if why:
+        raise DecisionRefused(f"re-check identity refused: {why}")
+    try:
+        observed = declared_action(job.action).observe_identity(job)
+    except Exception as exc:  # the identity could not even be read: nothing changes
+        raise DecisionRefused(f"re-check identity: could not observe the identity: {exc}") from exc
+    if not isinstance(observed, dict):
+        raise DecisionRefused(f"re-check identity: the check returned {type(observed).__name__}, not an object")
+    with _deciding("recheck_identity", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.recheck_identity(batch, job, attempt, by=By.person(user), observed=observed,
+                                    mismatch=identity_mismatch(job.identity, observed), note=note)
+    return attempt
+
+
+def replay_blocked(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """The binding matches now and the blocked attempt sent nothing: replay with the same key (an
+    irreversible action asks a second person first, as for any replay)."""
+    with _deciding("replay_blocked", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.not_found(
+            batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_REPLAYED_BLOCKED, note=note,
+            approval_reason=f"{user.get_username()} replays a blocked attempt whose identity now matches: {note}",
+            approval_evidence={"replayed_by": user.get_username(), "operator_note": note, "attempt": attempt.number,
+                               "binding": job.identity, "observed": attempt.observed_identity},
+        )
+    return attempt
+
+
+def request_approval(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """The replay's approval request expired, was rejected or withdrawn: ask a second person again."""
+    with _deciding("request_approval", job_id, version, user, note) as (batch, job, attempt, note):
+        previous = ApprovalRequest.objects.filter(job=job).order_by("-id").values("pk", "status").first()
+        open_approval_request(
+            batch, job, attempt, requested_by=user, actor=user.get_username(), actor_type=ActorType.OPERATOR,
+            reason=f"{user.get_username()} asks again: {note}",
+            evidence={"asked_again_by": user.get_username(), "operator_note": note, "previous_request": previous},
+        )
+    return attempt
+
+
 # Every decision by name, in the order the console shows them.
 DECISIONS = {
+    "recheck_identity": recheck_identity,
+    "replay_blocked": replay_blocked,
     "confirm_effect": confirm_effect,
     "mark_not_found": mark_not_found,
     "escalate": escalate,
     "retry_reconciliation": retry_reconciliation,
+    "request_approval": request_approval,
     "cancel_job": cancel_job,
 }
+# Decisions that end a job for good: the console asks for a second, explicit step.
+DESTRUCTIVE = ("cancel_job",)
 
 
 def decide(decision: str, *, job_id: str, version: int, user, note: str) -> Attempt:
@@ -138,13 +211,17 @@ def decide(decision: str, *, job_id: str, version: int, user, note: str) -> Atte
     return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
 
 
+def _require_note(note) -> None:
+    if not isinstance(note, str) or not note.strip():
+        raise DecisionRefused("a note is required: say why, for the audit trail")
+
+
 class _deciding:
     """Lock the job, refuse stale or disallowed decisions, hold one transaction open, and write
     the decision's batch when the block ends."""
 
     def __init__(self, decision: str, job_id: str, version: int, user, note: str):
-        if not isinstance(note, str) or not note.strip():
-            raise DecisionRefused("a note is required: say why, for the audit trail")
+        _require_note(note)
         self.decision, self.job_id, self.version, self.note = decision, job_id, version, note.strip()
         self.user = user
         self.atomic = transaction.atomic()

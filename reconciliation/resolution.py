@@ -112,6 +112,17 @@ def cancel(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str) -> No
                      job_status=JobStatus.CANCELLED, note=note, **closing)
 
 
+def recheck_identity(batch: Batch, job: Job, attempt: Attempt, *, by: By, observed: dict, mismatch: str,
+                     note: str) -> None:
+    """A blocked attempt's binding looked at again: what the worker would run as now is recorded
+    on the attempt (it stays blocked; nothing was sent). A match makes a replay possible."""
+    batch.transition(
+        job, attempt, **by.fields, kind=EventKind.OPERATOR_RECHECKED_IDENTITY, observed_identity=observed,
+        error=mismatch, note=note,
+        evidence={"binding": job.identity, "observed": observed, "matches": not mismatch},
+    )
+
+
 def retry_reconciliation(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str) -> None:
     """Back to the reconciler now, with a fresh bound of checks."""
     batch.update_job(job, next_check_at=None, check_count=0)

@@ -105,7 +105,9 @@ def observe_profile(job: Job) -> dict:
 
 
 @action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.post",
-        observe_identity=observe_profile)
+        observe_identity=observe_profile,
+        check_by_hand="Log into the profile named in the job's identity binding and check which account it "
+                      "shows; fix the login if it is not the bound account, then re-check identity.")
 def publish_post(job: Job) -> Outcome:
     body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
     return _send(
@@ -119,7 +121,10 @@ def publish_post(job: Job) -> Outcome:
     )
 
 
-@action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL)
+@action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL,
+        runbook_url="https://wiki.example.com/runbooks/vault-rotation",
+        check_by_hand="Open the vault's audit log for the credential named in the payload: a rotation at the "
+                      "attempt's time means the effect happened (confirm); none means mark not found.")
 def rotate_credential(job: Job) -> Outcome:
     name = quote(str(job.payload.get("name", "")), safe="")
     return _send(

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 from django.shortcuts import get_object_or_404
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import TenantFence
+from console.selectors.triage import QUIET_KINDS, Triage, triage
 from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import EventKind
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 
 
@@ -33,6 +35,22 @@ class JobRecord:
         if check is None or check.outcome != CheckOutcome.NOT_FOUND:
             return ""
         return check.evidence.get("reason", "")
+
+    # The page's counters are counted from the lists the page shows, never from a separate counter.
+    @property
+    def duplicate_deliveries(self) -> int:
+        return sum(1 for event in self.events if event.kind == EventKind.DUPLICATE_DELIVERY)
+
+    @property
+    def triage(self) -> Triage:
+        telling = next((e for e in reversed(self.events) if e.kind not in QUIET_KINDS), None)
+        return triage(self.job, self.latest, telling)
+
+    @property
+    def expired_approval(self) -> ApprovalRequest | None:
+        """The latest approval request, when it expired without a decision."""
+        latest = self.approvals[0] if self.approvals else None
+        return latest if latest is not None and latest.status == ApprovalStatus.EXPIRED else None
 
 
 def job_record(job_id: str, fence: TenantFence) -> JobRecord:

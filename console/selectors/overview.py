@@ -13,7 +13,7 @@ from django_q.models import OrmQ
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import TenantFence
-from console.selectors.queue import NEEDS_HUMAN, oldest_unknown_at, unknown_work_counts
+from console.selectors.queue import oldest_unknown_at, tab_counts, unknown_work_counts
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, LedgerEvent
 from ledger.states import Execution, JobStatus
@@ -31,7 +31,8 @@ class Overview:
     busy_workers: int
     unknown_by_status: dict[str, int]
     oldest_unknown_at: datetime | None
-    waiting_for_operator: int
+    waiting_for_operator: int  # the queue's "Needs a human" tab, counted as the tab counts it
+    blocked: int  # the queue's "Blocked, nothing sent" tab
     pending_approvals: int
     reconciliation_outcomes: dict[str, int]
     late_writes_recent: int
@@ -79,7 +80,8 @@ def overview(fence: TenantFence) -> Overview:
         busy_workers=fence.apply(Attempt.objects.filter(execution_state=Execution.RUNNING)).count(),
         unknown_by_status=unknown,
         oldest_unknown_at=oldest_unknown_at(fence),
-        waiting_for_operator=sum(unknown[s.value] for s in NEEDS_HUMAN if s != JobStatus.AWAITING_APPROVAL),
+        waiting_for_operator=tab_counts(unknown)["human"],
+        blocked=tab_counts(unknown)["blocked"],
         pending_approvals=fence.apply(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)).count(),
         reconciliation_outcomes={o.value: outcomes.get(o.value, 0) for o in CheckOutcome},
         late_writes_recent=late_writes.filter(at__gte=since).count(),

@@ -2,7 +2,7 @@
 
 Every query here is bounded by the queue (the five unknown statuses) or by the page size,
 never by the job history: one COUNT grouped by status, one page of jobs, one query for the
-page's latest attempts.
+page's latest attempts, one for their latest telling events (the reason in each row).
 """
 
 from __future__ import annotations
@@ -15,13 +15,19 @@ from django.utils import timezone
 
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
+from console.selectors.triage import attach_triage
 from ledger.models import Attempt, Job
-from ledger.states import NEEDS_HUMAN, UNKNOWN_WORK, JobStatus
+from ledger.states import UNKNOWN_WORK, JobStatus
 
 RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
+# Blocked jobs never sent anything (their identity check failed first): apart from work that may
+# have reached the provider, with decisions of their own.
+BLOCKED = (JobStatus.BLOCKED,)
+MAY_HAVE_SENT = (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)
 
 TABS = {
-    "human": ("Needs a human", NEEDS_HUMAN),
+    "human": ("Needs a human", MAY_HAVE_SENT),
+    "blocked": ("Blocked, nothing sent", BLOCKED),
     "reconciling": ("Reconciling", RECONCILING),
 }
 
@@ -93,10 +99,20 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         "check_count",
         "next_check_at",
         "duplicate_deliveries",
+        "identity",
     )
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)
+    attach_triage(page.rows)
     return page
+
+
+def next_in_queue(job: Job, fence: TenantFence) -> Job | None:
+    """The oldest other job in the tab this job belongs to (or the human tab, once it left the
+    queue): where "Next job in the queue" goes after a decision."""
+    statuses = next((s for _, s in TABS.values() if job.status in s), MAY_HAVE_SENT)
+    jobs = fence.jobs(Job.objects.filter(status__in=statuses)).exclude(pk=job.pk)
+    return jobs.order_by("created_at", "id").only("job_id").first()
 
 
 def attach_latest_attempts(jobs: list[Job]) -> None:

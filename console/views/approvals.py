@@ -64,6 +64,8 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
     return {
         "pending": pending,
         "decided": list(requests.exclude(status=ApprovalStatus.PENDING).order_by("-id")[:RECENTLY_DECIDED]),
+        # Expired requests apart: nobody decided them, and their jobs went back to the operators.
+        "expired": list(requests.filter(status=ApprovalStatus.EXPIRED).order_by("-decided_at", "-id")[:RECENTLY_DECIDED]),
         "may_approve": may_approve,
         "notice": notice,
         "notice_for": notice_for,

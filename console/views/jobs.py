@@ -8,6 +8,7 @@ from django_htmx.http import trigger_client_event
 from console.access import OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DECISION_LABELS, DecisionForm
 from console.selectors.job import job_record
+from console.selectors.queue import next_in_queue
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
@@ -15,16 +16,34 @@ from reconciliation import decisions
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
 DECISION_HELP = {
+    "recheck_identity": "Run the identity check again now; the job stays blocked and records what it saw.",
+    "replay_blocked": "The binding matches now and nothing was sent: run it again with the same key.",
     "confirm_effect": "The effect happened: the job succeeds and is never replayed.",
     "mark_not_found": "Nothing happened: the job is replayed with the same key.",
     "escalate": "Hand the job to someone with more context; nothing automatic happens.",
     "retry_reconciliation": "Ask the provider again now, with a fresh round of checks.",
+    "request_approval": "The attempt did nothing; a second person approves the replay (a new request).",
     "cancel_job": "No more attempts. An unknown attempt stays unknown on record.",
 }
 IRREVERSIBLE_NOT_FOUND_HELP = (
     "Nothing happened. This action is irreversible: an approver must approve the replay "
     "(four eyes) before anything runs again."
 )
+# One key per decision (pressed outside a text field; listed under "?"): see static/js/console.js.
+DECISION_KEYS = {
+    "recheck_identity": "i",
+    "replay_blocked": "p",
+    "confirm_effect": "c",
+    "mark_not_found": "n",
+    "escalate": "e",
+    "retry_reconciliation": "r",
+    "request_approval": "a",
+    "cancel_job": "x",
+}
+# What the second step of a destructive decision says will happen.
+CONFIRM_TEXT = {
+    "cancel_job": "No more attempts will run for this job, and it leaves the queue for good.",
+}
 # The regions a decision changes: the panel is the target, the others are swapped out of band.
 JOB_REGIONS = ("job-summary", "attempts", "approvals", "timeline")
 
@@ -32,7 +51,11 @@ JOB_REGIONS = ("job-summary", "attempts", "approvals", "timeline")
 @require_GET
 @role_required(*READERS)
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
-    return render(request, "console/job_detail.html", _context(request, job_id))
+    # After a decision without JavaScript, its result is shown (and focused) in the decision panel,
+    # not in the page's message list.
+    stored = list(messages.get_messages(request))
+    notice = (stored[-1].level_tag, str(stored[-1])) if stored else None
+    return render(request, "console/job_detail.html", {**_context(request, job_id, notice=notice), "messages": []})
 
 
 @require_POST
@@ -41,43 +64,48 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     # Outside the user's tenants, the job does not exist: nothing reaches the transition layer.
     get_object_or_404(visible_jobs(request.user).only("id"), job_id=job_id)
     form = DecisionForm(request.POST)
-    notice = None
+    notice = confirm = None
     if form.is_valid():
         decision = form.cleaned_data["decision"]
-        try:
-            decisions.decide(
-                decision,
-                job_id=job_id,
-                version=form.cleaned_data["version"],
-                user=request.user,
-                note=form.cleaned_data["note"],
-            )
-        except decisions.StaleDecision as stale:
-            notice = ("warning", str(stale))
-        except decisions.DecisionRefused as refused:
-            notice = ("error", str(refused))
+        if decision in decisions.DESTRUCTIVE and not form.cleaned_data["confirmed"]:
+            # The first submit only asks: the second, explicit one decides.
+            confirm = {"decision": decision, "label": DECISION_LABELS[decision], "text": CONFIRM_TEXT[decision],
+                       "note": form.cleaned_data["note"], "version": form.cleaned_data["version"]}
         else:
-            notice = ("success", f"{DECISION_LABELS[decision]}: recorded.")
-        form = None  # the next decision starts from a fresh form with the fresh version
+            notice = _apply(decision, job_id, form.cleaned_data, request.user)
+            form = None  # the next decision starts from a fresh form with the fresh version
     if not request.htmx:
         if notice is None:
-            return render(
-                request, "console/job_detail.html", _context(request, job_id, form=form), status=400
-            )
+            return render(request, "console/job_detail.html",
+                          _context(request, job_id, form=form, confirm=confirm), status=200 if confirm else 400)
         messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
         return redirect("job_detail", job_id=job_id)
-    context = _context(request, job_id, form=form, notice=notice)
+    context = _context(request, job_id, form=form, notice=notice, confirm=confirm)
     html = render_to_string("console/job_detail.html#decision-panel", context, request)
     if notice is not None:
         context["oob"] = True
         html += "".join(
             render_to_string(f"console/job_detail.html#{r}", context, request) for r in JOB_REGIONS
         )
-    return trigger_client_event(HttpResponse(html), QUEUE_CHANGED)
+    response = HttpResponse(html)
+    return trigger_client_event(response, QUEUE_CHANGED) if notice is not None else response
 
 
-def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
-    record = job_record(job_id, fence_of(request.user))
+def _apply(decision: str, job_id: str, data: dict, user) -> tuple[str, str]:
+    """The decision through the transition layer, and what to tell the operator."""
+    try:
+        decisions.decide(decision, job_id=job_id, version=data["version"], user=user, note=data["note"])
+    except decisions.StaleDecision as stale:
+        return ("warning", str(stale))
+    except decisions.DecisionRefused as refused:
+        return ("error", f"{refused} Nothing changed.")
+    return ("success", f"{DECISION_LABELS[decision]}: recorded.")
+
+
+def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None,
+             confirm=None) -> dict:
+    fence = fence_of(request.user)
+    record = job_record(job_id, fence)
     action = declared_action(record.job.action)
     # The policy the job was enqueued with decides; the declaration now is shown when it differs.
     policy = Policy(**record.job.policy) if record.job.policy else action.policy if action else None
@@ -93,7 +121,10 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "action": action,
         "policy": policy,
         "policy_now": policy_now,
-        "decisions": [(name, DECISION_LABELS[name], help_text[name]) for name in allowed],
+        "decisions": [(name, DECISION_LABELS[name], help_text[name], DECISION_KEYS[name]) for name in allowed],
+        "confirm": confirm,
+        "triage": record.triage,
+        "next_job": next_in_queue(record.job, fence),
         "form": form or DecisionForm(initial={"version": record.latest.version if record.latest else 1}),
         "version": record.latest.version if record.latest else 1,
         "notice": notice,

@@ -42,10 +42,18 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     layer sees it."""
     form = BulkDecisionForm(request.POST)
     results = []
+    filters = QueueFilterForm(request.POST)
     if form.is_valid():
         decision = form.cleaned_data["decision"]
         ids = [job_id for job_id, _ in form.selected if is_valid_job_id(job_id)]
         visible = set(fence_of(request.user).jobs().filter(job_id__in=ids).values_list("job_id", flat=True))
+        if visible and not form.cleaned_data["confirmed"]:
+            # Asked again, by the server, with what it would apply to; nothing changes yet.
+            selected = [f"{version}:{job_id}" for job_id, version in form.selected if job_id in visible]
+            confirm = {"decision": decision, "label": DECISION_LABELS[decision], "note": form.cleaned_data["note"],
+                       "selected": selected, "count": len(selected)}
+            template = "console/queue.html#queue-table" if request.htmx else "console/queue.html"
+            return render(request, template, _context(request, filters, confirm_bulk=confirm))
         for job_id, version in form.selected:
             if job_id not in visible:
                 results.append(("error", f"no job with id {job_id!r}"))
@@ -61,7 +69,6 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
                 results.append(("success", f"{job_id}: {DECISION_LABELS[decision]} recorded"))
     else:
         results = [("error", error) for errors in form.errors.values() for error in errors]
-    filters = QueueFilterForm(request.POST)
     if not request.htmx:
         for level, text in results:
             messages.add_message(request, getattr(messages, level.upper()), text)
@@ -70,7 +77,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     return trigger_client_event(response, QUEUE_CHANGED)
 
 
-def _context(request: HttpRequest, form: QueueFilterForm, results=()) -> dict:
+def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bulk=None) -> dict:
     spec = form.spec()
     fence = fence_of(request.user)
     page = queue_jobs(spec, fence)
@@ -85,6 +92,8 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=()) -> dict:
         "refresh_url": _queue_url(params, after=spec.after),
         "next_query": _with_cursor(params, page.next_cursor).urlencode() if page.next_cursor else None,
         "results": results,
+        "confirm_bulk": confirm_bulk,
+        "filter_fields": list(params.items()),
         "can_decide": has_role(request.user, [OPERATORS]),
     }
 

@@ -162,14 +162,11 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
                 f"(it is already {attempt.side_effect_state})"
             )
         evidence = {"binding": job.identity, "observed": observed}
-        mismatched = {k: (v, observed.get(k)) for k, v in job.identity.items() if observed.get(k) != v}
-        if not mismatched:
+        note = identity_mismatch(job.identity, observed)
+        if not note:
             transition(job, attempt, **_by(lease), kind=EventKind.IDENTITY_VERIFIED, observed_identity=observed,
                        evidence=evidence)
             return ""
-        note = "identity mismatch: " + ", ".join(
-            f"{k} is {seen!r}, job is bound to {expected!r}" for k, (expected, seen) in mismatched.items()
-        )
         transition(job, attempt, **_by(lease), kind=EventKind.IDENTITY_MISMATCH, job_status=JobStatus.BLOCKED,
                    delivery_state=Delivery.ACKNOWLEDGED, execution_state=Execution.BLOCKED,
                    observed_identity=observed, error=note, note=note, evidence=evidence)
@@ -179,6 +176,17 @@ def verify_identity(*, lease: Lease, observed: dict) -> Attempt:
     if mismatch:
         raise IdentityMismatch(mismatch)
     return attempt
+
+
+def identity_mismatch(binding: dict, observed: dict | None) -> str:
+    """How `observed` differs from the job's binding, in a sentence; "" when every bound field matches."""
+    observed = observed or {}
+    mismatched = {k: (v, observed.get(k)) for k, v in binding.items() if observed.get(k) != v}
+    if not mismatched:
+        return ""
+    return "identity mismatch: " + ", ".join(
+        f"{k} is {seen!r}, job is bound to {expected!r}" for k, (expected, seen) in mismatched.items()
+    )
 
 
 def begin_side_effect(*, lease: Lease) -> Attempt:

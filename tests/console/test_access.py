@@ -173,7 +173,9 @@ def _post(name: str, tenant: str):
         data = {"decision": "escalate", "version": latest_version(job), "note": "looking"}
         return f"/jobs/{job}/decide/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
     if name == "queue_bulk":
-        data = {"decision": "retry_reconciliation", "note": "again", "selected": f"{latest_version(job)}:{job}"}
+        # The second, confirmed step: the first only asks (tests/console/test_triage_confirm.py).
+        data = {"decision": "retry_reconciliation", "note": "again", "selected": f"{latest_version(job)}:{job}",
+                "confirmed": "on"}
         return "/queue/bulk/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
     request = _request_of(tenant)
     data = {"decision": "reject", "note": "no"}
@@ -225,6 +227,7 @@ def test_a_bulk_selection_across_the_fence_changes_only_the_jobs_inside(client, 
             "note": "customer withdrew",
             "selected": [f"{latest_version(j)}:{j}" for j in (inside, outside)],
             "tab": "reconciling",
+            "confirmed": "on",
         },
         **htmx(),
     )

@@ -16,8 +16,11 @@ pytestmark = pytest.mark.django_db
 
 def _decide(client, job_id, decision, note="checked the provider's dashboard", version=None, **headers):
     version = latest_version(job_id) if version is None else version
+    # "confirmed": the second step of a destructive decision (the first only asks: test_triage_confirm.py).
     return client.post(
-        f"/jobs/{job_id}/decide/", {"decision": decision, "version": version, "note": note}, **headers
+        f"/jobs/{job_id}/decide/",
+        {"decision": decision, "version": version, "note": note, "confirmed": "on"},
+        **headers,
     )
 
 

@@ -111,6 +111,7 @@ def test_a_bulk_selection_with_an_invalid_id_reports_it_and_changes_nothing_for_
             "decision": "cancel_job",
             "note": "withdrawn",
             "selected": [f"{latest_version(good)}:{good}", "1:bad\x00id"],
+            "confirmed": "on",
         },
         **htmx(),
     )

@@ -69,7 +69,8 @@ def test_it_puts_delivery_capacity_beside_workflow_correctness(client, operator)
     html = client.get("/").content.decode()
     assert 'data-figure="busy_workers">1<' in html
     assert 'data-figure="unknown_total">3<' in html
-    assert 'data-figure="waiting_for_operator">1<' in html
+    assert 'data-figure="waiting_for_operator">2<' in html  # the "Needs a human" tab: vault-1, vault-2
+    assert 'data-figure="blocked">0<' in html
     assert 'data-figure="pending_approvals">1<' in html
     assert 'data-outcome="unavailable">' in html  # vault cannot be queried: recorded as a check
     assert 'data-figure="late_writes_total">0<' in html

@@ -137,8 +137,8 @@ def test_the_page_renders_in_a_bounded_number_of_queries(
     for n in range(rows):
         make_unknown_job(f"inv-{n}")
     client.force_login(operator)
-    # session + user, roles, counts, one page of jobs, their latest attempts
-    with django_assert_max_num_queries(6):
+    # session + user, roles, counts, one page of jobs, their latest attempts, their latest telling events
+    with django_assert_max_num_queries(7):
         response = client.get("/queue/?tab=reconciling&size=100")
     assert len(_jobs_on_page(response.content.decode())) == rows
 
@@ -154,6 +154,7 @@ def test_bulk_retry_reconciliation_with_one_note(client, operator, queue):
             "note": "provider is back",
             "selected": selected,
             "tab": "reconciling",
+            "confirmed": "on",  # the second step; the first only asks
         },
         **htmx(),
     )
@@ -177,6 +178,7 @@ def test_bulk_cancel_reports_each_job_on_its_own(client, operator, queue):
             "decision": "cancel_job",
             "note": "customer withdrew",
             "selected": [stale, f"{latest_version('vault-1')}:vault-1"],
+            "confirmed": "on",
         },
         **htmx(),
     )
@@ -196,6 +198,7 @@ def test_bulk_without_js_redirects_back_with_messages(client, operator, queue):
             "note": "done",
             "selected": f"{latest_version('vault-1')}:vault-1",
             "tab": "human",
+            "confirmed": "on",
         },
     )
     assert response.status_code == 302 and response["Location"] == "/queue/?tab=human"
@@ -233,7 +236,7 @@ def test_it_shows_each_jobs_duplicate_deliveries(client, auditor, django_assert_
     services.record_unknown(lease=lease, reason="connection dropped")
     make_unknown_job("inv-plain")
     client.force_login(auditor)
-    with django_assert_max_num_queries(6):  # as for any page: the counter is a column, no query per row
+    with django_assert_max_num_queries(7):  # as for any page: the counter is a column, no query per row
         html = client.get("/queue/?tab=reconciling").content.decode()
     assert '<th scope="col" class="num">Duplicate deliveries</th>' in html
     rows = dict(

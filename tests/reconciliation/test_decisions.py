@@ -45,12 +45,15 @@ def test_mark_not_found_replays_a_reversible_action(provider, operator):
     assert_ledger_clean()
 
 
-def test_mark_not_found_on_a_blocked_attempt_means_nothing_happened(operator):
+def test_mark_not_found_on_a_blocked_attempt_is_refused_it_sent_nothing(operator):
+    """"Not found" would replay straight into the same mismatch: a blocked attempt is re-checked
+    and replayed once its binding matches (tests/console/test_triage_blocked.py)."""
     _blocked_job("b1")
-    _decide("mark_not_found", "b1", operator, note="profile fixed")
-    first = Job.objects.get(job_id="b1").attempts.get(number=1)
-    assert (first.execution_state, first.side_effect_state) == ("failed", "not_attempted")
-    assert latest_attempt("b1").number == 2
+    before = LedgerEvent.objects.filter(job__job_id="b1").count()
+    with pytest.raises(decisions.DecisionRefused, match="re-check identity"):
+        _decide("mark_not_found", "b1", operator, note="profile fixed")
+    assert LedgerEvent.objects.filter(job__job_id="b1").count() == before
+    assert latest_attempt("b1").execution_state == "blocked"
     assert_ledger_clean()
 
 
@@ -168,6 +171,7 @@ def test_allowed_decisions_follow_the_state(provider, operator):
         "cancel_job",
     ]
     assert allowed["v1"] == ["confirm_effect", "mark_not_found", "escalate", "cancel_job"]
-    assert allowed["b1"] == ["mark_not_found", "escalate", "cancel_job"]
+    # Blocked: nothing to find; reckon.echo has no identity check to run again, so no re-check either.
+    assert allowed["b1"] == ["escalate", "cancel_job"]
     _decide("confirm_effect", "m1", operator)
     assert decisions.allowed_decisions(Job.objects.get(job_id="m1")) == []

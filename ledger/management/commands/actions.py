@@ -19,6 +19,14 @@ class Command(BaseCommand):
                 str(action.reconciler or "none: unknowns go to a person"),
                 action.source or "built in",
             ))
+        guides = [(a.name, a.runbook_url, a.check_by_hand) for a in registered_actions()
+                  if a.runbook_url or a.check_by_hand]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        for name, runbook_url, check_by_hand in guides:
+            self.stdout.write(f"\n{name}:")
+            if runbook_url:
+                self.stdout.write(f"  runbook: {runbook_url}")
+            for n, line in enumerate(check_by_hand.splitlines()):
+                self.stdout.write(("  check by hand: " if n == 0 else " " * 17) + line)
