@@ -75,10 +75,24 @@ class QueueFilterForm(forms.Form):
         )
 
 
+class SearchForm(forms.Form):
+    q = forms.CharField(label="Find a job", required=False, max_length=320, validators=[reject_control_characters])
+
+    def query(self) -> str:
+        """What to look for; a query that does not validate finds nothing (the page says why)."""
+        return (self.cleaned_data.get("q") or "").strip() if self.is_valid() else ""
+
+
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
     version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     note = NoteField()
+    # Set once the person deciding has been told that someone else is on the job.
+    despite_holder = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+
+class HoldForm(forms.Form):
+    hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release")])
 
 
 class BulkDecisionForm(forms.Form):

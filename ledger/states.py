@@ -97,6 +97,8 @@ class EventKind(models.TextChoices):
     OPERATOR_ESCALATED = "operator_escalated"
     OPERATOR_RETRIED_RECONCILIATION = "operator_retried_reconciliation"
     OPERATOR_CANCELLED = "operator_cancelled"
+    JOB_TAKEN = "job_taken"  # "I'm on it": the job has a holder
+    JOB_RELEASED = "job_released"
     # approvals
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"

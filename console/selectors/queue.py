@@ -39,6 +39,11 @@ class QueueFilter:
     size: int = 50
 
     @property
+    def narrowed(self) -> bool:
+        """Whether anything beyond the tab narrows the list (an empty list then says no job matches)."""
+        return bool(self.status or self.action or self.tenant or self.older_than or self.search)
+
+    @property
     def statuses(self) -> tuple[str, ...]:
         allowed = TABS[self.tab][1]
         return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
@@ -65,12 +70,13 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     if spec.action:
         jobs = jobs.filter(action=spec.action)
     if spec.tenant:
-        jobs = jobs.filter(tenant=spec.tenant)
+        jobs = jobs.filter(tenant__iexact=spec.tenant)
     if spec.older_than:
         jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
     if spec.search:
-        # The marker our providers carry is the idempotency key itself.
-        jobs = jobs.filter(Q(job_id=spec.search) | Q(idempotency_key=spec.search))
+        # The start of an id or key, in any case, as people type it (the marker our providers
+        # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.
+        jobs = jobs.filter(Q(job_id__istartswith=spec.search) | Q(idempotency_key__istartswith=spec.search))
     cursor = decode_time_cursor(spec.after)
     if spec.newest_first:
         jobs = jobs.order_by("-created_at", "-id")
@@ -93,6 +99,8 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         "check_count",
         "next_check_at",
         "duplicate_deliveries",
+        "holder",
+        "held_since",
     )
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)

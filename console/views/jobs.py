@@ -11,6 +11,7 @@ from console.selectors.job import job_record
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
+from ledger.states import FINISHED_JOB
 from reconciliation import decisions
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
@@ -41,32 +42,40 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     # Outside the user's tenants, the job does not exist: nothing reaches the transition layer.
     get_object_or_404(visible_jobs(request.user).only("id"), job_id=job_id)
     form = DecisionForm(request.POST)
-    notice = None
+    notice = held = None
     if form.is_valid():
-        decision = form.cleaned_data["decision"]
+        decision, note = form.cleaned_data["decision"], form.cleaned_data["note"]
         try:
             decisions.decide(
                 decision,
                 job_id=job_id,
                 version=form.cleaned_data["version"],
                 user=request.user,
-                note=form.cleaned_data["note"],
+                note=note,
+                despite_holder=form.cleaned_data["despite_holder"],
             )
+        except decisions.HeldDecision as refused:
+            # Nothing changed: ask again, with the note kept and a button that goes ahead.
+            notice, held = ("warning", str(refused)), decision
+            form = DecisionForm(initial={"note": note})
         except decisions.StaleDecision as stale:
-            notice = ("warning", str(stale))
+            # The page now shows the job as it is; what they wrote stays, to decide again on it.
+            notice, form = ("warning", str(stale)), DecisionForm(initial={"note": note})
         except decisions.DecisionRefused as refused:
-            notice = ("error", str(refused))
+            notice, form = ("error", str(refused)), None
         else:
-            notice = ("success", f"{DECISION_LABELS[decision]}: recorded.")
-        form = None  # the next decision starts from a fresh form with the fresh version
+            notice, form = ("success", f"{DECISION_LABELS[decision]}: recorded."), None
     if not request.htmx:
         if notice is None:
             return render(
                 request, "console/job_detail.html", _context(request, job_id, form=form), status=400
             )
+        if form is not None:  # a note to keep: the page itself, not a redirect that would lose it
+            context = _context(request, job_id, form=form, notice=notice, held=held)
+            return render(request, "console/job_detail.html", context, status=409)
         messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
         return redirect("job_detail", job_id=job_id)
-    context = _context(request, job_id, form=form, notice=notice)
+    context = _context(request, job_id, form=form, notice=notice, held=held)
     html = render_to_string("console/job_detail.html#decision-panel", context, request)
     if notice is not None:
         context["oob"] = True
@@ -76,7 +85,9 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     return trigger_client_event(HttpResponse(html), QUEUE_CHANGED)
 
 
-def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None) -> dict:
+def _context(
+    request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None, held: str | None = None
+) -> dict:
     record = job_record(job_id, fence_of(request.user))
     action = declared_action(record.job.action)
     # The policy the job was enqueued with decides; the declaration now is shown when it differs.
@@ -99,4 +110,8 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "notice": notice,
         "can_decide": has_role(request.user, [OPERATORS]),
         "gate": gate_status() if record.job.gated_at else None,
+        # The decision asked for on a job someone else holds, offered again "anyway".
+        "held": (held, DECISION_LABELS[held]) if held else None,
+        "holds_it": record.job.holder == request.user.get_username(),
+        "finished": FINISHED_JOB,
     }

@@ -85,6 +85,7 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=()) -> dict:
         "refresh_url": _queue_url(params, after=spec.after),
         "next_query": _with_cursor(params, page.next_cursor).urlencode() if page.next_cursor else None,
         "results": results,
+        "filtered": spec.narrowed,
         "can_decide": has_role(request.user, [OPERATORS]),
     }
 
