@@ -253,11 +253,10 @@ def _page_probe(client: Client, url: str):
 
 
 def _selection_queries() -> dict:
-    from ledger.models import Attempt
-    from ledger.services import ClockTimestamp
-
     from console.access import EVERY_TENANT
     from console.selectors.search import SHOWN, matching_sql
+    from ledger.models import Attempt
+    from ledger.services import ClockTimestamp
 
     return {
         # The job search for a start every job `at_scale` generates shares (scale-a-…, scale-b-…),

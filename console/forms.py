@@ -113,6 +113,15 @@ class BulkDecisionForm(forms.Form):
         return super().clean()
 
 
+class BulkRunForm(forms.Form):
+    """The bulk form with "every job matching this filter" ticked: no selection, the filter."""
+
+    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    note = NoteField()
+    # Cancelling every matching job is confirmed on a page of its own first.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+
 class ApprovalDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "Approve replay"), ("reject", "Reject")])
     note = NoteField()

@@ -7,8 +7,8 @@ trigger); `ledger.services` is the only code that changes these rows.
 from __future__ import annotations
 
 import pgtrigger
-from django.db import models
 from django.contrib.postgres.indexes import OpClass
+from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now, Upper
 

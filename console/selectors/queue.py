@@ -64,8 +64,8 @@ def oldest_unknown_at(fence: TenantFence) -> datetime | None:
     return jobs.aggregate(oldest=Min("created_at"))["oldest"]
 
 
-def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
-    """One page of the queue, each job with `latest` (its latest attempt) attached."""
+def filtered_jobs(spec: QueueFilter, fence: TenantFence):
+    """Every job of the queue that the filter matches (no order, no page): what bulk runs take."""
     jobs = fence.jobs(Job.objects.filter(status__in=spec.statuses))
     if spec.action:
         jobs = jobs.filter(action=spec.action)
@@ -77,8 +77,13 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         # The start of an id or key, in any case, as people type it (the marker our providers
         # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.
         jobs = jobs.filter(Q(job_id__istartswith=spec.search) | Q(idempotency_key__istartswith=spec.search))
-    cursor = decode_time_cursor(spec.after)
-    if spec.newest_first:
+    return jobs
+
+
+def in_queue_order(jobs, cursor: str, *, newest_first: bool = False):
+    """`jobs` in the queue's order (created_at, id), after the keyset `cursor` (see pagination)."""
+    cursor = decode_time_cursor(cursor)
+    if newest_first:
         jobs = jobs.order_by("-created_at", "-id")
         if cursor:
             at, pk = cursor
@@ -88,6 +93,12 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         if cursor:
             at, pk = cursor
             jobs = jobs.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    return jobs
+
+
+def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
+    """One page of the queue, each job with `latest` (its latest attempt) attached."""
+    jobs = in_queue_order(filtered_jobs(spec, fence), spec.after, newest_first=spec.newest_first)
     jobs = jobs.only(
         "id",
         "job_id",
