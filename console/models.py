@@ -74,7 +74,8 @@ class BulkRun(models.Model):
     matches after `cursor`, in the queue's order. A job whose latest attempt changed after the
     run was confirmed (`created_at`) is left alone: the person confirmed what they saw."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bulk_runs")
+    # Progress of a piece of work, not history (each decision is an event in the ledger): it goes with its author.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bulk_runs")
     decision = models.CharField(max_length=32)
     note = models.TextField()
     # The queue filter's fields (console.forms.QueueFilterForm), as its form posted them.
