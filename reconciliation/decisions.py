@@ -207,15 +207,16 @@ def decide(decision: str, *, job_id: str, version: int, user, note: str, despite
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
     with transaction.atomic():
         if not despite_holder:
-            _refuse_if_held(job_id, user)
+            _refuse_if_held(job_id, version, user)
         return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
 
 
-def _refuse_if_held(job_id: str, user) -> None:
+def _refuse_if_held(job_id: str, version: int, user) -> None:
     """Under the job lock (held until the decision's transaction ends): another person's hold
-    stops the decision until the person deciding says they go ahead."""
+    stops the decision until the person deciding says they go ahead. A decision on a job that
+    has changed since is not asked about the hold: it is refused as stale, which says more."""
     job = lock_job(job_id=job_id)
-    if job.holder and job.holder != user.get_username():
+    if job.holder and job.holder != user.get_username() and latest_attempt(job).version == version:
         raise HeldDecision(
             f"{job.holder} has been on this job since {when(job.held_since, job.db_now)}: "
             "decide anyway, or leave it to them",

@@ -117,3 +117,14 @@ def test_bulk_decisions_leave_jobs_someone_else_holds(operator, operator2):
     assert f"vault-1: {operator.username} has been on this job since" in html
     assert "vault-2: Cancel job recorded" in html
     assert Job.objects.get(job_id="vault-1").status == "needs_operator"
+
+
+def test_a_decision_on_a_job_that_changed_is_told_the_change_not_the_hold(operator, operator2):
+    make_operator_job("vault-1")
+    seen = latest_version("vault-1")
+    holder = _client(operator)
+    _hold(holder, "vault-1", "take")
+    holder.post("/jobs/vault-1/decide/", {"decision": "escalate", "version": seen, "note": "finance"})
+    html = _client(operator2).post("/jobs/vault-1/decide/", {"decision": "cancel_job", "version": seen,
+                                                             "note": "duplicate"}, **htmx()).content.decode()
+    assert f"{operator.username} escalated this job at " in html and "has been on this job" not in html
