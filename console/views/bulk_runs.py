@@ -24,7 +24,7 @@ def start(request: HttpRequest, form: BulkRunForm, filters: dict) -> HttpRespons
     if decision == "cancel_job" and not form.cleaned_data["confirmed"]:
         spec = QueueFilterForm(filters).spec()
         context = {"decision": decision, "label": DECISION_LABELS[decision], "note": note, "filters": filters,
-                   "matching": bulk_runs.matching(spec, request.user).count(), "spec": spec,
+                   "matching": bulk_runs.matching(spec, request.user).count(),
                    "queue_url": _queue_url(filters)}
         template = "console/bulk_run.html#bulk-confirm" if request.htmx else "console/bulk_run.html"
         return render(request, template, context)
@@ -55,7 +55,7 @@ def _own_run(request: HttpRequest, run_id: int) -> BulkRun:
 
 
 def _context(run: BulkRun) -> dict:
-    return {"run": run, "label": DECISION_LABELS[run.decision], "spec": bulk_runs.run_filter(run),
+    return {"run": run, "label": DECISION_LABELS[run.decision], "filters": run.filters,
             "queue_url": _queue_url(run.filters),
             "percent": round(100 * run.done / run.total) if run.total else 100}
 

@@ -14,6 +14,7 @@ def search(request: HttpRequest) -> HttpResponse:
     key names opens at once: the usual case is an id pasted from an alert or a customer's email."""
     form = SearchForm(request.GET)
     result = find_jobs(form.query(), fence_of(request.user))
-    if result.exact is not None:
+    if result.exact is not None and not request.htmx:  # results that follow the typing never navigate away
         return redirect("job_detail", job_id=result.exact.job_id)
-    return render(request, "console/search.html", {"form": form, "result": result})
+    template = "console/search.html#search-results" if request.htmx else "console/search.html"
+    return render(request, template, {"form": form, "result": result})

@@ -35,6 +35,10 @@ def test_the_header_search_finds_any_job_in_any_case(live_server, browser, log_i
     expect(results.locator("tr[data-job]")).to_have_count(2)
     expect(results.locator('tr[data-job="inv-2042"]')).to_contain_text("succeeded")
     page.screenshot(path=artifacts / "search.png", full_page=True)
+    # On the results page, the results follow the typing (and a full id stays on the page).
+    page.get_by_label("Job id, key or marker").fill("inv-2041")
+    expect(results.locator("tr[data-job]")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"/search/\?q=inv-2041$"))
     results.get_by_role("link", name="Inv-2041").click()
     expect(page.get_by_role("heading", name=re.compile("Job Inv-2041"))).to_be_visible()
 

@@ -140,3 +140,13 @@ def test_both_sides_of_the_search_can_walk_their_index():
     assert "Index Scan using job_search_job_id" in plan and "Index Scan using job_search_key" in plan, plan
     # Each side in its index's order, so the LIMIT stops the walk (only UNION's dedupe sorts, by id).
     assert not [line for line in plan.splitlines() if "Sort Key" in line and "upper" in line], plan
+
+
+def test_results_follow_the_typing_without_navigating_away(client, auditor, jobs):
+    client.force_login(auditor)
+    response = client.get("/search/", {"q": "INV-200"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<section id="search-results"')
+    assert _found(html) == ["inv-200"]
+    page = client.get("/search/", {"q": "inv"}).content.decode()
+    assert 'hx-trigger="input changed delay:300ms from:#search-q, submit"' in page
