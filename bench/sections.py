@@ -222,7 +222,13 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
 
 # --- console at scale and selection cost ---------------------------------------------------
 
-PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/")
+# The header's job search, typed in another case: by most of the measured job's id (a page of
+# neighbours), and by a start every generated job shares (the index walk must stop after a page).
+PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}", "/search/?q={shared}")
+
+
+def _page_url(page: str, job_id: str) -> str:
+    return page.format(job_id=job_id, near=job_id[:-3].upper(), shared=job_id[:3].upper())
 
 
 def _console_client() -> tuple[Client, str]:
@@ -247,10 +253,15 @@ def _page_probe(client: Client, url: str):
 
 
 def _selection_queries() -> dict:
+    from console.access import EVERY_TENANT
+    from console.selectors.search import SHOWN, matching_sql
     from ledger.models import Attempt
     from ledger.services import ClockTimestamp
 
     return {
+        # The job search for a start every job `at_scale` generates shares (scale-a-…, scale-b-…),
+        # in another case: an index walk that stops after a page.
+        "search": matching_sql("Scale-", EVERY_TENANT, SHOWN + 1),
         "sweeper": Attempt.objects.filter(execution_state="running", lease_expires_at__lt=ClockTimestamp())
         .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:500],
         "reconciler": Job.objects.due_for_reconciliation(ClockTimestamp()).values_list("pk", "job_id")[:100],
@@ -258,8 +269,9 @@ def _selection_queries() -> dict:
 
 
 def _selection_probe(query):
+    """`query`: a QuerySet, or a statement and its parameters."""
     def probe() -> tuple[float, dict]:
-        sql, params = query.query.sql_with_params()
+        sql, params = query if isinstance(query, tuple) else query.query.sql_with_params()
         with connection.cursor() as cursor:
             started = time.perf_counter()
             cursor.execute(sql, params)
@@ -281,7 +293,7 @@ def console_pages(*, repeats: int) -> list[dict]:
     client, job_id = _console_client()
     rows = []
     for page in PAGES:
-        probe = _page_probe(client, page.format(job_id=job_id))
+        probe = _page_probe(client, _page_url(page, job_id))
         timings, facts = [], {}
         for _ in range(repeats):
             elapsed, facts = probe()
@@ -389,7 +401,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})
         for page in PAGES:
-            url = page.format(job_id=job_id)
+            url = _page_url(page, job_id)
             measured = _side_by_side(lambda url=url: _page_probe(client, url), [small_db, large_db], repeats)
             for run, (timings, facts) in zip(runs, measured, strict=True):
                 run["pages"].append({"page": page, **facts, **_summary(timings, 1)})

@@ -78,12 +78,26 @@ class QueueFilterForm(forms.Form):
         )
 
 
+class SearchForm(forms.Form):
+    q = forms.CharField(label="Find a job", required=False, max_length=320, validators=[reject_control_characters])
+
+    def query(self) -> str:
+        """What to look for; a query that does not validate finds nothing (the page says why)."""
+        return (self.cleaned_data.get("q") or "").strip() if self.is_valid() else ""
+
+
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
     version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     note = NoteField()
     # The second, explicit step of a destructive decision (rendered by the server, no JS dialog).
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # Set once the person deciding has been told that someone else is on the job.
+    despite_holder = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+
+class HoldForm(forms.Form):
+    hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release")])
 
 
 class BulkDecisionForm(forms.Form):
@@ -103,6 +117,15 @@ class BulkDecisionForm(forms.Form):
         if not self.selected:
             raise forms.ValidationError("Select at least one job.")
         return super().clean()
+
+
+class BulkRunForm(forms.Form):
+    """The bulk form with "every job matching this filter" ticked: no selection, the filter."""
+
+    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    note = NoteField()
+    # Cancelling every matching job is confirmed on a page of its own first.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class ApprovalDecisionForm(forms.Form):

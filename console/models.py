@@ -65,3 +65,34 @@ class AdminAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.object_type} {self.object_repr}"
+
+
+class BulkRun(models.Model):
+    """One decision applied to every job a queue filter matches, batch by batch (`console.bulk_runs`).
+
+    The run remembers the filter, not a list of jobs: each batch takes the next jobs the filter
+    matches after `cursor`, in the queue's order. A job whose latest attempt changed after the
+    run was confirmed (`created_at`) is left alone: the person confirmed what they saw."""
+
+    # Progress of a piece of work, not history (each decision is an event in the ledger): it goes with its author.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bulk_runs")
+    decision = models.CharField(max_length=32)
+    note = models.TextField()
+    # The queue filter's fields (console.forms.QueueFilterForm), as its form posted them.
+    filters = models.JSONField(default=dict)
+    total = models.PositiveIntegerField(help_text="Jobs the filter matched when the run was confirmed.")
+    done = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    cursor = models.CharField(max_length=64, blank=True, default="")
+    # The first refusals, each [job_id, reason]: what the person must look at.
+    refusals = models.JSONField(default=list)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"bulk run {self.pk}: {self.decision} on {self.total} jobs"
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None

@@ -7,9 +7,10 @@ trigger); `ledger.services` is the only code that changes these rows.
 from __future__ import annotations
 
 import pgtrigger
+from django.contrib.postgres.indexes import OpClass
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models.functions import Now, Upper
 
 from ledger.states import (
     CONSISTENCY,
@@ -68,6 +69,9 @@ class Job(models.Model):
     duplicate_deliveries = models.PositiveIntegerField(default=0, db_default=0)
     # Held back by the dead-man gate (irreversible work while sweeper/reconciler are stale).
     gated_at = models.DateTimeField(null=True, blank=True)
+    # The operator who said "I'm on it" and since when (`ledger.services.ownership`); "" when nobody.
+    holder = models.CharField(max_length=150, blank=True, default="", db_default="")
+    held_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -93,6 +97,11 @@ class Job(models.Model):
                 name="job_reconcile_due",
                 condition=Q(status=JobStatus.NEEDS_RECONCILIATION) | Q(recovery_pending=True),
             ),
+            # The console's search: a case-insensitive prefix of a job id or a key (`__istartswith`
+            # is UPPER(col::text) LIKE 'X%', which these serve). Every job update writes an entry
+            # into each: the price is measured in the README.
+            models.Index(OpClass(Upper("job_id"), name="text_pattern_ops"), name="job_search_job_id"),
+            models.Index(OpClass(Upper("idempotency_key"), name="text_pattern_ops"), name="job_search_key"),
         ]
 
     def __str__(self) -> str:

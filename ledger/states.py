@@ -99,6 +99,8 @@ class EventKind(models.TextChoices):
     OPERATOR_CANCELLED = "operator_cancelled"
     OPERATOR_RECHECKED_IDENTITY = "operator_rechecked_identity"  # a blocked attempt's binding, looked at again
     OPERATOR_REPLAYED_BLOCKED = "operator_replayed_blocked"  # nothing was sent and the binding now matches
+    JOB_TAKEN = "job_taken"  # "I'm on it": the job has a holder
+    JOB_RELEASED = "job_released"
     # approvals
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"

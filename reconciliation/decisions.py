@@ -12,7 +12,11 @@ operator, the note) in the same transaction as the change.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import open_approval_request
@@ -33,7 +37,72 @@ class DecisionRefused(LedgerError):
 
 
 class StaleDecision(DecisionRefused):
-    """The operator decided on a version of the job that is no longer current."""
+    """The operator decided on a version of the job that is no longer current. The message says
+    who changed it, how and when, as a colleague would ("otto escalated this job at 14:02 (2
+    minutes ago) — your decision was not applied"); `event` is that change."""
+
+    def __init__(self, message: str, *, event: LedgerEvent | None = None):
+        super().__init__(message)
+        self.event = event
+
+
+class HeldDecision(DecisionRefused):
+    """Another operator holds the job ("I'm on it"): deciding needs `despite_holder`, once the
+    person deciding has been told whose job it is."""
+
+    def __init__(self, message: str, *, holder: str, held_since: datetime):
+        super().__init__(message)
+        self.holder, self.held_since = holder, held_since
+
+
+# What a change to a job reads like in a sentence that starts with who made it.
+DID = {
+    EventKind.OPERATOR_CONFIRMED_EFFECT: "confirmed the effect of this job",
+    EventKind.OPERATOR_MARKED_NOT_FOUND: "marked this job's effect not found",
+    EventKind.OPERATOR_ESCALATED: "escalated this job",
+    EventKind.OPERATOR_RETRIED_RECONCILIATION: "sent this job back to reconciliation",
+    EventKind.OPERATOR_CANCELLED: "cancelled this job",
+    EventKind.RECONCILED_CONFIRMED: "found the effect at the provider",
+    EventKind.RECONCILED_NOT_FOUND: "found no effect at the provider",
+    EventKind.RECONCILED_CONFLICT: "found conflicting effects and escalated this job",
+    EventKind.RECONCILIATION_GAVE_UP: "gave up looking and handed this job to an operator",
+    EventKind.NOT_QUERYABLE: "handed this job to an operator (its provider cannot be asked)",
+    EventKind.APPROVAL_GRANTED: "approved the replay of this job",
+    EventKind.APPROVAL_REJECTED: "rejected the replay of this job",
+    EventKind.APPROVAL_EXPIRED: "let the approval of this job expire",
+    EventKind.ATTEMPT_OPENED: "opened a new attempt of this job",
+    EventKind.OBSERVATION_LOST: "lost sight of this job's effect",
+    EventKind.LEASE_EXPIRED_UNKNOWN: "found this job's lease expired with its effect unknown",
+    EventKind.SUCCEEDED: "recorded this job's success",
+    EventKind.FAILED: "recorded this job's failure",
+}
+
+
+def ago(delta: timedelta) -> str:
+    """How long ago, as people say it: "just now", "1 minute ago", "3 hours ago"."""
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 45:
+        return "just now"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size or unit == "minute":
+            amount = max(1, round(seconds / size)) if unit == "minute" else seconds // size
+            return f"{amount} {unit}{'s' if amount != 1 else ''} ago"
+    return ""  # unreachable
+
+
+def when(at: datetime, now: datetime) -> str:
+    """"14:02 (2 minutes ago)", in the console's time zone (with the date when not today)."""
+    local, today = timezone.localtime(at), timezone.localtime(now).date()
+    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
+    return f"{shown} ({ago(now - at)})"
+
+
+def stale_message(event: LedgerEvent, now: datetime) -> str:
+    did = DID.get(event.kind, f"changed this job ({event.kind.replace('_', ' ')})")
+    who = event.actor if event.actor_type in ("operator", "approver") else f"the {event.actor_type} {event.actor}"
+    return f"{who} {did} at {when(event.at, now)} — your decision was not applied" + (
+        f". Their note: {event.note}" if event.note and event.actor_type in ("operator", "approver") else ""
+    )
 
 
 def allowed_decisions(job: Job) -> list[str]:
@@ -204,11 +273,28 @@ DECISIONS = {
 DESTRUCTIVE = ("cancel_job",)
 
 
-def decide(decision: str, *, job_id: str, version: int, user, note: str) -> Attempt:
-    """The decision called `decision` (one of DECISIONS), as a form names it."""
+def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False) -> Attempt:
+    """The decision called `decision` (one of DECISIONS), as a form names it. On a job another
+    operator holds, it is refused (HeldDecision) unless `despite_holder`."""
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
-    return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+    with transaction.atomic():
+        if not despite_holder:
+            _refuse_if_held(job_id, version, user)
+        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+
+
+def _refuse_if_held(job_id: str, version: int, user) -> None:
+    """Under the job lock (held until the decision's transaction ends): another person's hold
+    stops the decision until the person deciding says they go ahead. A decision on a job that
+    has changed since is not asked about the hold: it is refused as stale, which says more."""
+    job = lock_job(job_id=job_id)
+    if job.holder and job.holder != user.get_username() and latest_attempt(job).version == version:
+        raise HeldDecision(
+            f"{job.holder} has been on this job since {when(job.held_since, job.db_now)}: "
+            "decide anyway, or leave it to them",
+            holder=job.holder, held_since=job.held_since,
+        )
 
 
 def _require_note(note) -> None:
@@ -233,13 +319,9 @@ class _deciding:
             job = lock_job(job_id=self.job_id)
             attempt = latest_attempt(job)
             if attempt.version != self.version:
-                last = LedgerEvent.objects.filter(job=job).order_by("-id").first()
-                raise StaleDecision(
-                    f"job {self.job_id} changed since you looked (version {self.version}, now "
-                    f"{attempt.version}): already resolved by {last.actor} ({last.actor_type}) at "
-                    f"{last.at.isoformat(timespec='seconds')}: {last.kind}"
-                    + (f" — {last.note}" if last.note else "")
-                )
+                # The latest change of state (a hold or a signal changes none, so it is skipped).
+                last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
+                raise StaleDecision(stale_message(last, job.db_now), event=last)
             why = _why_not(self.decision, job, attempt)
             if why:
                 raise DecisionRefused(f"{self.decision.replace('_', ' ')} refused: {why}")

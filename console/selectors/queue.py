@@ -45,6 +45,11 @@ class QueueFilter:
     size: int = 50
 
     @property
+    def narrowed(self) -> bool:
+        """Whether anything beyond the tab narrows the list (an empty list then says no job matches)."""
+        return bool(self.status or self.action or self.tenant or self.older_than or self.search)
+
+    @property
     def statuses(self) -> tuple[str, ...]:
         allowed = TABS[self.tab][1]
         return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
@@ -65,20 +70,26 @@ def oldest_unknown_at(fence: TenantFence) -> datetime | None:
     return jobs.aggregate(oldest=Min("created_at"))["oldest"]
 
 
-def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
-    """One page of the queue, each job with `latest` (its latest attempt) attached."""
+def filtered_jobs(spec: QueueFilter, fence: TenantFence):
+    """Every job of the queue that the filter matches (no order, no page): what bulk runs take."""
     jobs = fence.jobs(Job.objects.filter(status__in=spec.statuses))
     if spec.action:
         jobs = jobs.filter(action=spec.action)
     if spec.tenant:
-        jobs = jobs.filter(tenant=spec.tenant)
+        jobs = jobs.filter(tenant__iexact=spec.tenant)
     if spec.older_than:
         jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
     if spec.search:
-        # The marker our providers carry is the idempotency key itself.
-        jobs = jobs.filter(Q(job_id=spec.search) | Q(idempotency_key=spec.search))
-    cursor = decode_time_cursor(spec.after)
-    if spec.newest_first:
+        # The start of an id or key, in any case, as people type it (the marker our providers
+        # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.
+        jobs = jobs.filter(Q(job_id__istartswith=spec.search) | Q(idempotency_key__istartswith=spec.search))
+    return jobs
+
+
+def in_queue_order(jobs, cursor: str, *, newest_first: bool = False):
+    """`jobs` in the queue's order (created_at, id), after the keyset `cursor` (see pagination)."""
+    cursor = decode_time_cursor(cursor)
+    if newest_first:
         jobs = jobs.order_by("-created_at", "-id")
         if cursor:
             at, pk = cursor
@@ -88,6 +99,12 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         if cursor:
             at, pk = cursor
             jobs = jobs.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=pk))
+    return jobs
+
+
+def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
+    """One page of the queue, each job with `latest` (its latest attempt) attached."""
+    jobs = in_queue_order(filtered_jobs(spec, fence), spec.after, newest_first=spec.newest_first)
     jobs = jobs.only(
         "id",
         "job_id",
@@ -100,6 +117,8 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
         "next_check_at",
         "duplicate_deliveries",
         "identity",
+        "holder",
+        "held_since",
     )
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)

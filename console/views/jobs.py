@@ -12,6 +12,7 @@ from console.selectors.queue import next_in_queue
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
+from ledger.states import FINISHED_JOB
 from reconciliation import decisions
 
 # What each button does, shown beside it; irreversible actions say that a replay needs approval.
@@ -64,23 +65,26 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     # Outside the user's tenants, the job does not exist: nothing reaches the transition layer.
     get_object_or_404(visible_jobs(request.user).only("id"), job_id=job_id)
     form = DecisionForm(request.POST)
-    notice = confirm = None
+    notice = confirm = held = None
     if form.is_valid():
         decision = form.cleaned_data["decision"]
         if decision in decisions.DESTRUCTIVE and not form.cleaned_data["confirmed"]:
             # The first submit only asks: the second, explicit one decides.
             confirm = {"decision": decision, "label": DECISION_LABELS[decision], "text": CONFIRM_TEXT[decision],
-                       "note": form.cleaned_data["note"], "version": form.cleaned_data["version"]}
+                       "note": form.cleaned_data["note"], "version": form.cleaned_data["version"],
+                       "despite_holder": form.cleaned_data["despite_holder"]}
         else:
-            notice = _apply(decision, job_id, form.cleaned_data, request.user)
-            form = None  # the next decision starts from a fresh form with the fresh version
+            notice, form, held = _apply(decision, job_id, form.cleaned_data, request.user)
     if not request.htmx:
         if notice is None:
             return render(request, "console/job_detail.html",
                           _context(request, job_id, form=form, confirm=confirm), status=200 if confirm else 400)
+        if form is not None:  # a note to keep: the page itself, not a redirect that would lose it
+            context = _context(request, job_id, form=form, notice=notice, held=held)
+            return render(request, "console/job_detail.html", context, status=409)
         messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
         return redirect("job_detail", job_id=job_id)
-    context = _context(request, job_id, form=form, notice=notice, confirm=confirm)
+    context = _context(request, job_id, form=form, notice=notice, confirm=confirm, held=held)
     html = render_to_string("console/job_detail.html#decision-panel", context, request)
     if notice is not None:
         context["oob"] = True
@@ -91,19 +95,27 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
     return trigger_client_event(response, QUEUE_CHANGED) if notice is not None else response
 
 
-def _apply(decision: str, job_id: str, data: dict, user) -> tuple[str, str]:
-    """The decision through the transition layer, and what to tell the operator."""
+def _apply(decision: str, job_id: str, data: dict, user) -> tuple[tuple[str, str], DecisionForm | None, str | None]:
+    """The decision through the transition layer: what to tell the operator, the form to show
+    again (their note kept) when the decision was not applied, and a decision held back because
+    someone else is on the job."""
+    note = data["note"]
     try:
-        decisions.decide(decision, job_id=job_id, version=data["version"], user=user, note=data["note"])
+        decisions.decide(decision, job_id=job_id, version=data["version"], user=user, note=note,
+                         despite_holder=data["despite_holder"])
+    except decisions.HeldDecision as refused:
+        # Nothing changed: ask again, with the note kept and a button that goes ahead.
+        return ("warning", str(refused)), DecisionForm(initial={"note": note}), decision
     except decisions.StaleDecision as stale:
-        return ("warning", str(stale))
+        # The page now shows the job as it is; what they wrote stays, to decide again on it.
+        return ("warning", str(stale)), DecisionForm(initial={"note": note}), None
     except decisions.DecisionRefused as refused:
-        return ("error", f"{refused} Nothing changed.")
-    return ("success", f"{DECISION_LABELS[decision]}: recorded.")
+        return ("error", f"{refused} Nothing changed."), None, None
+    return ("success", f"{DECISION_LABELS[decision]}: recorded."), None, None
 
 
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None,
-             confirm=None) -> dict:
+             confirm=None, held: str | None = None) -> dict:
     fence = fence_of(request.user)
     record = job_record(job_id, fence)
     action = declared_action(record.job.action)
@@ -130,4 +142,8 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "notice": notice,
         "can_decide": has_role(request.user, [OPERATORS]),
         "gate": gate_status() if record.job.gated_at else None,
+        # The decision asked for on a job someone else holds, offered again "anyway".
+        "held": (held, DECISION_LABELS[held]) if held else None,
+        "holds_it": record.job.holder == request.user.get_username(),
+        "finished": FINISHED_JOB,
     }

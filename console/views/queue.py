@@ -6,9 +6,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from console.access import OPERATORS, READERS, TenantFence, fence_of, has_role, role_required
-from console.forms import DECISION_LABELS, BulkDecisionForm, QueueFilterForm
+from console.forms import DECISION_LABELS, BulkDecisionForm, BulkRunForm, QueueFilterForm
 from console.job_ids import is_valid_job_id
-from console.selectors.queue import TABS, queue_jobs, tab_counts, unknown_work_counts
+from console.selectors.queue import TABS, filtered_jobs, queue_jobs, tab_counts, unknown_work_counts
 from ledger.services import LedgerError
 from reconciliation import decisions
 
@@ -40,9 +40,14 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
 
     A job outside the user's tenants is refused exactly as a missing one, before the transition
     layer sees it."""
-    form = BulkDecisionForm(request.POST)
+    every_match = request.POST.get("scope") == "filter"
+    form = (BulkRunForm if every_match else BulkDecisionForm)(request.POST)
     results = []
     filters = QueueFilterForm(request.POST)
+    if every_match and form.is_valid():
+        from console.views.bulk_runs import start  # it imports nothing from here: no cycle
+
+        return start(request, form, _filter_params(request.POST).dict())
     if form.is_valid():
         decision = form.cleaned_data["decision"]
         ids = [job_id for job_id, _ in form.selected if is_valid_job_id(job_id)]
@@ -81,6 +86,7 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
     spec = form.spec()
     fence = fence_of(request.user)
     page = queue_jobs(spec, fence)
+    can_decide = has_role(request.user, [OPERATORS])
     params = _filter_params(form.data)
     return {
         **_counts_context(spec.tab, fence),
@@ -94,7 +100,10 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
         "results": results,
         "confirm_bulk": confirm_bulk,
         "filter_fields": list(params.items()),
-        "can_decide": has_role(request.user, [OPERATORS]),
+        "filtered": spec.narrowed,
+        # What "every job matching" would take: a COUNT bounded by the queue, for operators only.
+        "matching": filtered_jobs(spec, fence).count() if can_decide else None,
+        "can_decide": can_decide,
     }
 
 

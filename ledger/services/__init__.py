@@ -13,6 +13,7 @@ caller gets a clear exception.
     claimable.py    the NOTIFY that wakes those workers when jobs become claimable
     sweeper.py      expired leases and stranded deliveries
     gate.py         the dead-man gate's release of the work it held
+    ownership.py    who is on a job: take and release ("I'm on it")
     transitions.py  Batch, locks, snapshots, dispatch to django-q2, the reconciler's claim
     bulk.py         the set-based SQL under Batch
     errors.py       what the layer refuses
@@ -33,6 +34,7 @@ from ledger.services.errors import (
 )
 from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
+from ledger.services.ownership import HeldByAnother, release_job, take_job
 from ledger.services.pulling import claim_next_job
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
 from ledger.services.transitions import (
@@ -64,6 +66,7 @@ __all__ = [
     "ClaimRefused",
     "ClockTimestamp",
     "GateClosed",
+    "HeldByAnother",
     "IdentityMismatch",
     "InvalidJob",
     "JobConflict",
@@ -89,9 +92,11 @@ __all__ = [
     "record_success",
     "record_unknown",
     "release_gated_jobs",
+    "release_job",
     "renew_lease",
     "snapshot",
     "sweep_expired_leases",
+    "take_job",
     "trigger_reconciliation",
     "verify_identity",
 ]

@@ -98,6 +98,7 @@ READS = {
     "audit": ("/audit/", _text(">{job}</a>")),
     "audit_export": ("/audit/export.csv", _csv_jobs),
     "admin_audit_export": ("/audit/admin-export.csv", None),
+    "search": ("/search/?q=INV-", _text('<tr data-job="{job}">')),
 }
 
 
@@ -177,6 +178,8 @@ def _post(name: str, tenant: str):
         data = {"decision": "retry_reconciliation", "note": "again", "selected": f"{latest_version(job)}:{job}",
                 "confirmed": "on"}
         return "/queue/bulk/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
+    if name == "job_hold":
+        return f"/jobs/{job}/hold/", {"hold": "take"}, "operator", lambda: Job.objects.get(job_id=job).holder
     request = _request_of(tenant)
     data = {"decision": "reject", "note": "no"}
     return (
@@ -187,7 +190,7 @@ def _post(name: str, tenant: str):
     )
 
 
-POSTS = ("job_decide", "queue_bulk", "approval_decide")
+POSTS = ("job_decide", "job_hold", "queue_bulk", "approval_decide")
 
 
 @pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
@@ -264,7 +267,35 @@ def test_every_post_needs_the_csrf_token(world, operator):
     assert client.post(url, data, HTTP_X_CSRFTOKEN=token).status_code == 302
 
 
+# A bulk run is its author's: other operators get a 404, other roles a 403.
+RUN_PAGES = {"bulk_run": "get", "bulk_run_step": "post"}
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize("name", RUN_PAGES)
+def test_a_bulk_run_is_its_authors(client, world, user_of, persona, name):
+    from console.models import BulkRun
+
+    author = User.objects.get(username="requester")
+    run = BulkRun.objects.create(user=author, decision="retry_reconciliation", note="again",
+                                 filters={"tab": "reconciling"}, total=1)
+    user = user_of(persona)
+    if user:
+        client.force_login(user)
+    response = getattr(client, RUN_PAGES[name])(f"/queue/bulk-runs/{run.pk}/" + ("step/" if name == "bulk_run_step" else ""))
+    if persona == "anonymous":
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    elif persona in ("operator", "unscoped_operator", "admin_user"):
+        assert response.status_code == 404
+    else:
+        assert response.status_code == 403
+    client.force_login(author)
+    assert client.get(f"/queue/bulk-runs/{run.pk}/").status_code == 200
+    run.refresh_from_db()
+    assert run.done == 0
+
+
 def test_every_console_url_is_in_the_matrix():
     from console.urls import urlpatterns
 
-    assert {p.name for p in urlpatterns} == {*READS, *POSTS, "healthz"}
+    assert {p.name for p in urlpatterns} == {*READS, *POSTS, *RUN_PAGES, "healthz"}

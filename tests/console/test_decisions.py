@@ -105,7 +105,8 @@ def test_two_operators_on_one_job_one_wins_the_other_sees_who(client, operator, 
     assert response.status_code == 200
     html = response.content.decode()
     assert "notice-warning" in html
-    assert f"already resolved by {operator.username}" in html
+    assert f"{operator.username} confirmed the effect of this job at " in html
+    assert "your decision was not applied" in html
     assert "status-succeeded" in html  # the fresh state
     job = Job.objects.get(job_id="inv-1")
     assert job.status == "succeeded"
@@ -136,6 +137,6 @@ def test_two_operators_racing_at_the_same_instant(operator, operator2):
     for thread in threads:
         thread.join(timeout=30)
     winners = [name for name, html in responses.items() if "notice-success" in html]
-    losers = [name for name, html in responses.items() if "already resolved by" in html]
+    losers = [name for name, html in responses.items() if "your decision was not applied" in html]
     assert len(winners) == 1 and len(losers) == 1
     assert winners[0] in responses[losers[0]]

@@ -6,7 +6,7 @@ import pytest
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
 from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job
-from tests.console.test_access import POSTS, READS, _post, job_of
+from tests.console.test_access import POSTS, READS, RUN_PAGES, _post, job_of
 
 pytestmark = pytest.mark.django_db
 
@@ -51,10 +51,21 @@ def test_healthz_is_not_stored_either(client):
     assert _private(client.get("/healthz"))
 
 
+def test_a_bulk_runs_pages_are_private_and_not_stored(client, world, admin_user):
+    from console.models import BulkRun
+
+    run = BulkRun.objects.create(user=admin_user, decision="retry_reconciliation", note="again",
+                                 filters={"tab": "reconciling"}, total=1)
+    client.force_login(admin_user)
+    page = client.get(f"/queue/bulk-runs/{run.pk}/")
+    step = client.post(f"/queue/bulk-runs/{run.pk}/step/", **htmx())
+    assert page.status_code == step.status_code == 200 and _private(page) and _private(step)
+
+
 def test_every_console_url_is_covered_here():
     from console.urls import urlpatterns
 
-    assert {p.name for p in urlpatterns} == {*READS, *POSTS, "healthz"}
+    assert {p.name for p in urlpatterns} == {*READS, *POSTS, *RUN_PAGES, "healthz"}
 
 
 # -- job ids: control characters answer 404 (a URL) or are ignored (a filter) -------------------

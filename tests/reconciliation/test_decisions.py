@@ -1,5 +1,7 @@
 """Operators' decisions as services: allowed by state, versioned, noted, recorded."""
 
+import re
+
 import pytest
 
 from approvals.models import ApprovalRequest
@@ -131,7 +133,9 @@ def test_a_stale_version_is_refused_with_who_and_when(provider, operator, approv
     with pytest.raises(decisions.StaleDecision) as refused:
         _decide("mark_not_found", "m1", approver, version=seen)
     message = str(refused.value)
-    assert "already resolved by olga (operator) at" in message and "operator_confirmed_effect" in message
+    assert re.fullmatch(r"olga confirmed the effect of this job at \d\d:\d\d \(just now\) — your decision was not applied\."
+                        r" Their note: .*", message)
+    assert refused.value.event.kind == "operator_confirmed_effect"
     assert LedgerEvent.objects.count() == events_before and latest_attempt("m1").number == 1
 
 

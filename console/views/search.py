@@ -1,0 +1,20 @@
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET
+
+from console.access import READERS, fence_of, role_required
+from console.forms import SearchForm
+from console.selectors.search import find_jobs
+
+
+@require_GET
+@role_required(*READERS)
+def search(request: HttpRequest) -> HttpResponse:
+    """Any job the user may see, by the start of its id, key or marker. The one job a full id or
+    key names opens at once: the usual case is an id pasted from an alert or a customer's email."""
+    form = SearchForm(request.GET)
+    result = find_jobs(form.query(), fence_of(request.user))
+    if result.exact is not None and not request.htmx:  # results that follow the typing never navigate away
+        return redirect("job_detail", job_id=result.exact.job_id)
+    template = "console/search.html#search-results" if request.htmx else "console/search.html"
+    return render(request, template, {"form": form, "result": result})

@@ -1,0 +1,88 @@
+"""The header's job search and two operators racing on one job, in a real browser."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from ledger.models import Job
+from tests.conftest import _persona, make_job
+from tests.console.conftest import latest_version, make_unknown_job, with_tenants
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def operator2(db):
+    return with_tenants(_persona("otto", "operators"))
+
+
+def test_the_header_search_finds_any_job_in_any_case(live_server, browser, log_in, operator, artifacts):
+    from reconciliation import decisions
+
+    make_unknown_job("Inv-2041")
+    make_unknown_job("inv-2042")
+    decisions.decide("confirm_effect", job_id="inv-2042", version=latest_version("inv-2042"), user=operator,
+                     note="seen at the provider")  # resolved: the queue no longer shows it, the search does
+    make_job("mail-9")
+    page = log_in(browser, operator)
+
+    search = page.get_by_role("search").get_by_label("Find a job")
+    search.fill("INV-204")
+    search.press("Enter")
+    expect(page).to_have_url(re.compile(r"/search/\?q=INV-204$"))
+    results = page.locator("#search-results")
+    expect(results.locator("tr[data-job]")).to_have_count(2)
+    expect(results.locator('tr[data-job="inv-2042"]')).to_contain_text("succeeded")
+    page.screenshot(path=artifacts / "search.png", full_page=True)
+    # On the results page, the results follow the typing (and a full id stays on the page).
+    page.get_by_label("Job id, key or marker").fill("inv-2041")
+    expect(results.locator("tr[data-job]")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"/search/\?q=inv-2041$"))
+    results.get_by_role("link", name="Inv-2041").click()
+    expect(page.get_by_role("heading", name=re.compile("Job Inv-2041"))).to_be_visible()
+
+    # A full key (the marker) opens its job at once.
+    search = page.get_by_role("search").get_by_label("Find a job")
+    search.fill("billing.create_invoice:inv-2042")
+    search.press("Enter")
+    expect(page).to_have_url(f"{live_server.url}/jobs/inv-2042/")
+    expect(page.locator("[data-job-status]")).to_have_text("succeeded")
+
+    search = page.get_by_role("search").get_by_label("Find a job")
+    search.fill("nothing-like-this")
+    search.press("Enter")
+    expect(page.locator("[data-no-match]")).to_contain_text("No job matches “nothing-like-this”")
+
+
+def test_the_second_operator_is_told_who_won_and_keeps_the_note(
+    live_server, browser, log_in, operator, operator2, artifacts
+):
+    make_unknown_job("inv-7")
+    mine = log_in(browser, operator)
+    theirs = log_in(browser, operator2)
+    for page in (mine, theirs):
+        page.goto(f"{live_server.url}/jobs/inv-7/")
+        expect(page.get_by_role("heading", name="Decision")).to_be_visible()
+
+    theirs.get_by_label("Note").fill("finance must look at this one")
+    theirs.get_by_role("button", name="Escalate").click()
+    expect(theirs.locator("#decision-panel .notice-success")).to_contain_text("Escalate: recorded.")
+
+    note = "customer confirmed by phone that nothing arrived"
+    mine.get_by_label("Note").fill(note)
+    mine.get_by_role("button", name="Cancel job").click()
+    warning = mine.locator("#decision-panel .notice-warning")
+    expect(warning).to_have_text(re.compile(
+        r"otto escalated this job at \d\d:\d\d \(just now\) — your decision was not applied\. "
+        r"Their note: finance must look at this one"))
+    expect(mine.get_by_label("Note")).to_have_value(note)
+    expect(mine.locator("[data-job-status]")).to_have_text("escalated")  # the page shows the job as it is now
+    mine.screenshot(path=artifacts / "race.png", full_page=True)
+    assert Job.objects.get(job_id="inv-7").status == "escalated"
+
+    # Deciding again on the new state goes through, with the note they had typed.
+    mine.get_by_role("button", name="Cancel job").click()
+    expect(mine.locator("#decision-panel .notice-success")).to_contain_text("Cancel job: recorded.")
+    event = Job.objects.get(job_id="inv-7").events.get(kind="operator_cancelled")
+    assert (event.actor, event.note) == (operator.username, note)
