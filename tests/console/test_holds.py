@@ -110,7 +110,7 @@ def test_bulk_decisions_leave_jobs_someone_else_holds(operator, operator2):
     _hold(_client(operator), "vault-1", "take")
     html = _client(operator2).post(
         "/queue/bulk/",
-        {"decision": "cancel_job", "note": "customer withdrew",
+        {"decision": "cancel_job", "note": "customer withdrew", "confirmed": "on",
          "selected": [f"{latest_version(j)}:{j}" for j in ("vault-1", "vault-2")]},
         **htmx(),
     ).content.decode()
@@ -126,5 +126,5 @@ def test_a_decision_on_a_job_that_changed_is_told_the_change_not_the_hold(operat
     _hold(holder, "vault-1", "take")
     holder.post("/jobs/vault-1/decide/", {"decision": "escalate", "version": seen, "note": "finance"})
     html = _client(operator2).post("/jobs/vault-1/decide/", {"decision": "cancel_job", "version": seen,
-                                                             "note": "duplicate"}, **htmx()).content.decode()
+                                                             "note": "duplicate", "confirmed": "on"}, **htmx()).content.decode()
     assert f"{operator.username} escalated this job at " in html and "has been on this job" not in html

@@ -15,8 +15,9 @@ NOTE = "customer says the invoice never arrived"
 
 
 def _decide(client, job_id, decision, version, note=NOTE, **headers):
-    return client.post(f"/jobs/{job_id}/decide/", {"decision": decision, "version": version, "note": note},
-                       **headers)
+    # "confirmed": the second step of a destructive decision (the first only asks).
+    return client.post(f"/jobs/{job_id}/decide/",
+                       {"decision": decision, "version": version, "note": note, "confirmed": "on"}, **headers)
 
 
 @pytest.fixture
