@@ -36,9 +36,11 @@ class StaleDecision(DecisionRefused):
     """The operator decided on a version of the job that is no longer current."""
 
 
-def allowed_decisions(job: Job) -> list[str]:
-    """The decisions the job's current state allows, in the order the console shows them."""
-    return [name for name in DECISIONS if _why_not(name, job, latest_attempt(job)) is None]
+def allowed_decisions(job: Job, attempt: Attempt | None = None) -> list[str]:
+    """The decisions the job's current state allows, in the order the console shows them
+    (`attempt`: the job's latest, when the caller has it already)."""
+    attempt = attempt or latest_attempt(job)
+    return [name for name in DECISIONS if _why_not(name, job, attempt) is None]
 
 
 def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:

@@ -168,3 +168,15 @@ def test_a_plain_job_without_a_guide_shows_none(client, operator):
     make_job("echo-1")
     client.force_login(operator)
     assert "data-guide" not in client.get("/jobs/echo-1/").content.decode()
+
+
+def test_the_job_page_reads_the_latest_attempt_once_not_once_per_decision(
+    client, operator, django_assert_max_num_queries
+):
+    make_operator_job("vault-1")
+    make_operator_job("vault-2")
+    client.force_login(operator)
+    # session + user, roles, the job, attempts, events, checks, approvals, the chain check, the next job
+    with django_assert_max_num_queries(10):
+        html = client.get("/jobs/vault-1/").content.decode()
+    assert 'value="confirm_effect"' in html and "data-next-job" not in html  # no decision yet: no result block
