@@ -105,9 +105,11 @@ def stale_message(event: LedgerEvent, now: datetime) -> str:
     )
 
 
-def allowed_decisions(job: Job) -> list[str]:
-    """The decisions the job's current state allows, in the order the console shows them."""
-    return [name for name in DECISIONS if _why_not(name, job, latest_attempt(job)) is None]
+def allowed_decisions(job: Job, attempt: Attempt | None = None) -> list[str]:
+    """The decisions the job's current state allows, in the order the console shows them
+    (`attempt`: the job's latest, when the caller has it already)."""
+    attempt = attempt or latest_attempt(job)
+    return [name for name in DECISIONS if _why_not(name, job, attempt) is None]
 
 
 def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:

@@ -33,7 +33,7 @@ FROM unnest(%s::bigint[]) AS page(job_id)
 CROSS JOIN LATERAL (
     SELECT id, job_id, kind, actor, actor_type, note, evidence, at FROM {LedgerEvent._meta.db_table}
     WHERE job_id = page.job_id AND NOT (kind = ANY(%s))
-    ORDER BY job_id DESC, id DESC LIMIT 1  -- the order of event_job_id (job, id), so it walks that index
+    ORDER BY job_id DESC, id DESC LIMIT 1  -- the order of event_job_id (job, id): one short walk per job
 ) AS e
 """  # nosec B608  # the table name is the model's; values are bound
 

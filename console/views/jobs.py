@@ -122,7 +122,7 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
     # The policy the job was enqueued with decides; the declaration now is shown when it differs.
     policy = Policy(**record.job.policy) if record.job.policy else action.policy if action else None
     policy_now = action.policy if action and policy and action.policy != policy else None
-    allowed = decisions.allowed_decisions(record.job) if record.attempts else []
+    allowed = decisions.allowed_decisions(record.job, record.latest) if record.attempts else []
     help_text = dict(
         DECISION_HELP,
         mark_not_found=DECISION_HELP["mark_not_found"] if policy and policy.reversible else IRREVERSIBLE_NOT_FOUND_HELP,
