@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from config.hardening import client_address
+from ledger.gate import gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
@@ -134,6 +135,19 @@ def exposition() -> str:
         [({}, oldest)],
     )
 
+    out.family(
+        "reckon_unknown_work_oldest_job_age_seconds",
+        "gauge",
+        "Seconds since the oldest unknown-work job was created (0 when none): the overview's age, the alert's.",
+        [({}, _oldest_created_age())],
+    )
+    out.family(
+        "reckon_dead_man_gate_open",
+        "gauge",
+        "1 while the dead-man gate is open, 0 while it holds irreversible side effects.",
+        [({}, 1 if gate_status().open else 0)],
+    )
+
     kinds = _grouped(LedgerEvent.objects.filter(kind__in=[*EVENT_COUNTERS, *LEASE_EXPIRY_KINDS]), "kind")
     for kind, (name, help_text) in EVENT_COUNTERS.items():
         out.family(name, "counter", help_text, [({}, kinds.get(kind, 0))])
@@ -161,6 +175,12 @@ def exposition() -> str:
             "Approval requests awaiting a decision.",
             [({}, approvals.get("pending", 0))],
         )
+        out.family(
+            "reckon_approvals_oldest_pending_age_seconds",
+            "gauge",
+            "Seconds the oldest pending approval request has waited (0 when none).",
+            [({}, _oldest_pending_approval_age())],
+        )
     return out.text()
 
 
@@ -173,6 +193,24 @@ def _unknown_work() -> tuple[int, float]:
         )
         depth, oldest = cursor.fetchone()
     return depth, max(0.0, round(float(oldest), 3))
+
+
+def _age_of_oldest(table: str, condition: str, params: list) -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0) FROM {table} "  # nosec B608  # table and condition are ours; values bound
+            f"WHERE {condition}",
+            params,
+        )
+        return max(0.0, round(float(cursor.fetchone()[0]), 3))
+
+
+def _oldest_created_age() -> float:
+    return _age_of_oldest(Job._meta.db_table, "status = ANY(%s)", [[s.value for s in UNKNOWN_WORK]])
+
+
+def _oldest_pending_approval_age() -> float:
+    return _age_of_oldest("approvals_approvalrequest", "status = %s", ["pending"])
 
 
 def _optional_grouped(app_label: str, model_name: str, field: str, **filters) -> dict[str, int] | None:

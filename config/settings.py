@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "api",
     "chaos",
     "bench",
+    "alerts",
 ]
 
 MIDDLEWARE = [
@@ -360,6 +361,20 @@ AXES_RESET_ON_SUCCESS = True
 RECKON_METRICS_TOKEN = os.environ.get("RECKON_METRICS_TOKEN", "")
 RECKON_METRICS_ALLOW = envnetworks("RECKON_METRICS_ALLOW", "127.0.0.1,::1")
 # -- end of hardening ----------------------------------------------------------------------------
+
+# -- alerts (alerts/) ------------------------------------------------------------------------------
+# Where alerts go: a Slack-compatible webhook ({"text": ...}) and/or these email addresses.
+RECKON_ALERT_WEBHOOK_URL = os.environ.get("RECKON_ALERT_WEBHOOK_URL", "")
+RECKON_ALERT_EMAILS = envlist("RECKON_ALERT_EMAILS")
+RECKON_ALERT_EMAIL_FROM = os.environ.get("RECKON_ALERT_EMAIL_FROM", "reckon@localhost")
+# The console's address as people reach it, for the links alerts carry (unset: paths only).
+RECKON_CONSOLE_URL = os.environ.get("RECKON_CONSOLE_URL", "").rstrip("/")
+# Alert when the oldest unknown job / the oldest pending approval is older than this (seconds).
+RECKON_ALERT_UNKNOWN_AGE_S = float(os.environ.get("RECKON_ALERT_UNKNOWN_AGE_S", "3600"))
+RECKON_ALERT_APPROVAL_WAIT_S = float(os.environ.get("RECKON_ALERT_APPROVAL_WAIT_S", "3600"))
+# Django's mail backend sends alert emails through this SMTP server.
+EMAIL_HOST = os.environ.get("RECKON_EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("RECKON_EMAIL_PORT", 25)
 
 LOGGING = {
     "version": 1,
