@@ -124,7 +124,7 @@ def exposition() -> str:
             [({"state": s}, counts.get(s, 0)) for s in states.values],
         )
 
-    depth, oldest = _unknown_work()
+    depth, oldest, oldest_job = _unknown_work()
     out.family(
         "reckon_unknown_work_jobs", "gauge", "Jobs waiting on reconciliation or a human.", [({}, depth)]
     )
@@ -139,7 +139,7 @@ def exposition() -> str:
         "reckon_unknown_work_oldest_job_age_seconds",
         "gauge",
         "Seconds since the oldest unknown-work job was created (0 when none): the overview's age, the alert's.",
-        [({}, _oldest_created_age())],
+        [({}, oldest_job)],
     )
     out.family(
         "reckon_dead_man_gate_open",
@@ -184,33 +184,27 @@ def exposition() -> str:
     return out.text()
 
 
-def _unknown_work() -> tuple[int, float]:
+def _unknown_work() -> tuple[int, float, float]:
+    """How many unknown-work jobs; seconds since the longest-waiting one last changed; since the
+    oldest one was created."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0)"
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0),"
+            " coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
             f" FROM {Job._meta.db_table} WHERE status = ANY(%s)",  # nosec B608  # table name from the model; statuses bound
             [[s.value for s in UNKNOWN_WORK]],
         )
-        depth, oldest = cursor.fetchone()
-    return depth, max(0.0, round(float(oldest), 3))
-
-
-def _age_of_oldest(table: str, condition: str, params: list) -> float:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0) FROM {table} "  # nosec B608  # table and condition are ours; values bound
-            f"WHERE {condition}",
-            params,
-        )
-        return max(0.0, round(float(cursor.fetchone()[0]), 3))
-
-
-def _oldest_created_age() -> float:
-    return _age_of_oldest(Job._meta.db_table, "status = ANY(%s)", [[s.value for s in UNKNOWN_WORK]])
+        depth, oldest, oldest_job = cursor.fetchone()
+    return depth, max(0.0, round(float(oldest), 3)), max(0.0, round(float(oldest_job), 3))
 
 
 def _oldest_pending_approval_age() -> float:
-    return _age_of_oldest("approvals_approvalrequest", "status = %s", ["pending"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
+            " FROM approvals_approvalrequest WHERE status = 'pending'"
+        )
+        return max(0.0, round(float(cursor.fetchone()[0]), 3))
 
 
 def _optional_grouped(app_label: str, model_name: str, field: str, **filters) -> dict[str, int] | None:
