@@ -13,7 +13,8 @@ from alerts.conditions import duration
 from console.selectors.charts import Series, Window
 
 WIDTH, HEIGHT = 640, 200
-LEFT, RIGHT, TOP, BOTTOM = 56, 96, 12, 28  # the right margin holds each line's direct label
+LEFT, RIGHT, TOP, BOTTOM = 64, 96, 12, 28  # the right margin holds each line's direct label
+LABEL_GAP = 12  # direct labels closer than this are moved apart
 PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
 
@@ -21,6 +22,11 @@ PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 class Style:
     name: str  # the series key: CSS class `series-<name>`, pattern / marker id suffix
     label: str
+    short: str = ""  # the direct label at the line's end (the label when empty)
+
+    @property
+    def direct(self) -> str:
+        return self.short or self.label
 
 
 @dataclass
@@ -33,6 +39,7 @@ class Mark:
     y: float
     width: float = 0
     height: float = 0
+    label_y: float = 0  # a direct label's height, moved clear of its neighbours
 
     @property
     def corner_x(self) -> float:  # a line's square marker is centred on the point
@@ -94,15 +101,23 @@ class Chart:
 
 
 def count_text(value: float) -> str:
-    return f"{int(value)}"
+    return f"{value:g}"
 
 
-def _nice_ceiling(value: float) -> float:
-    """1, 2 or 5 times a power of ten, at least `value` (the y axis' top)."""
-    if value <= 0:
-        return 1
+def count_ceiling(value: float) -> float:
+    """2, 4 or 10 times a power of ten, at least `value` (the y axis' top; its half is whole)."""
+    if value <= 2:
+        return 2
     power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
+    return next(step * power for step in (2, 4, 10) if step * power >= value)
+
+
+AGE_TOPS = [60 * m for m in (2, 10, 30, 60, 120, 240, 720, 1440, 2880, 10080, 20160)]
+
+
+def age_ceiling(seconds: float) -> float:
+    """A round age at least `seconds`: 2 min, 10 min, ... 2 weeks, then whole weeks."""
+    return next((top for top in AGE_TOPS if top >= seconds), math.ceil(seconds / 604800) * 604800)
 
 
 def _bucket_label(window: Window, start: datetime) -> str:
@@ -110,6 +125,7 @@ def _bucket_label(window: Window, start: datetime) -> str:
 
 
 def _frame(chart: Chart, top: float, value_text: Callable[[float], str]) -> None:
+    """The y axis' ticks (0, half, top) and a time label on about every sixth bucket."""
     chart.y_ticks = [(TOP + PLOT_H - PLOT_H * f, value_text(top * f)) for f in (0, 0.5, 1)]
     step = PLOT_W / chart.window.buckets
     every = max(1, chart.window.buckets // 6)
@@ -125,7 +141,7 @@ def _y(value: float, top: float) -> float:
 
 def stacked_bars(key: str, title: str, window: Window, series: Series, styles: list[Style]) -> Chart:
     totals = [sum(series.values[s.name][i] for s in styles) for i in range(window.buckets)]
-    top = _nice_ceiling(max(totals, default=0))
+    top = count_ceiling(max(totals, default=0))
     chart = Chart("bars", key, title, f"{title}, {window.label}: {sum(totals)} in all, at most {max(totals)} in one "
                   f"bucket.", window, styles)
     chart.starts = series.starts
@@ -146,9 +162,9 @@ def stacked_bars(key: str, title: str, window: Window, series: Series, styles: l
 
 
 def lines(key: str, title: str, window: Window, series: Series, styles: list[Style],
-          value_text: Callable[[float], str] = count_text) -> Chart:
+          value_text: Callable[[float], str] = count_text, ceiling: Callable[[float], float] = count_ceiling) -> Chart:
     sampled = [v for s in styles for v in series.values[s.name] if v is not None]
-    top = _nice_ceiling(max(sampled, default=0))
+    top = ceiling(max(sampled, default=0))
     latest = {s.name: next((v for v in reversed(series.values[s.name]) if v is not None), None) for s in styles}
     now_text = "; ".join(f"{s.label} {value_text(latest[s.name])}" for s in styles if latest[s.name] is not None)
     chart = Chart("lines", key, title, f"{title}, {window.label}: " + (f"latest {now_text}." if now_text else "no samples."),
@@ -173,10 +189,19 @@ def lines(key: str, title: str, window: Window, series: Series, styles: list[Sty
             line.segments.append(" ".join(segment))
         line.last = line.points[-1] if line.points else None
         chart.lines.append(line)
+    _separate_labels([line.last for line in chart.lines if line.last])
     for i, start in enumerate(series.starts):
         values = [series.values[s.name][i] for s in styles]
         chart.rows.append((_bucket_label(window, start), ["—" if v is None else value_text(v) for v in values]))
     return chart
+
+
+def _separate_labels(lasts: list[Mark]) -> None:
+    """Direct labels at the lines' ends, top to bottom, at least LABEL_GAP apart."""
+    below = -LABEL_GAP
+    for mark in sorted(lasts, key=lambda m: m.y):
+        mark.label_y = max(mark.y, below + LABEL_GAP)
+        below = mark.label_y
 
 
 def age_text(seconds: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from console.access import TenantFence
-from console.charts import Chart, Style, age_text, lines, stacked_bars
+from console.charts import Chart, Style, age_ceiling, age_text, lines, stacked_bars
 from console.selectors.charts import OUTCOME_KINDS, THROUGHPUT_KINDS, Window, event_counts, levels
 
 OUTCOME_STYLES = [
@@ -16,8 +16,8 @@ OUTCOME_STYLES = [
     Style("unavailable", "unavailable"),
 ]
 THROUGHPUT_STYLES = [Style("claimed", "claimed"), Style("succeeded", "succeeded")]
-LEVEL_STYLES = [Style("unknown", "unknown"), Style("human", "waiting for a person")]
-AGE_STYLES = [Style("oldest", "oldest unknown")]
+LEVEL_STYLES = [Style("unknown", "unknown"), Style("human", "waiting for a person", "waiting")]
+AGE_STYLES = [Style("oldest", "oldest unknown", "oldest")]
 
 
 @dataclass
@@ -35,7 +35,7 @@ def overview_charts(window: Window, fence: TenantFence) -> OverviewCharts:
         sampled = levels(window)
         level_charts = [
             lines("levels", "Unknown work and work waiting for a person", window, sampled, LEVEL_STYLES),
-            lines("oldest", "Age of the oldest unknown job", window, sampled, AGE_STYLES, age_text),
+            lines("oldest", "Age of the oldest unknown job", window, sampled, AGE_STYLES, age_text, age_ceiling),
         ]
     return OverviewCharts(
         window=window,
