@@ -222,7 +222,7 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
 
 # --- console at scale and selection cost ---------------------------------------------------
 
-PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/")
+PAGES = ("/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/")  # the overview with its charts
 
 
 def _console_client() -> tuple[Client, str]:
@@ -234,6 +234,16 @@ def _console_client() -> tuple[Client, str]:
     client.force_login(user)
     job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
     return client, job_id
+
+
+def _seed_level_samples() -> None:
+    """A week of the overview's level samples, one a minute, as the schedule leaves them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO alerts_levelsample (sampled_at, unknown_work, waiting_for_human, oldest_unknown_age_s) "
+            "SELECT at, 100 + (random() * 50)::int, 40, 3600 FROM generate_series("
+            "now() - interval '7 days', now(), interval '1 minute') AS at"
+        )
 
 
 def _page_probe(client: Client, url: str):
@@ -378,6 +388,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
     """
     started = time.monotonic()
     generate(attempts=small, queued=queued, prefix="scale-a")
+    _seed_level_samples()  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
     client, job_id = _console_client()  # the login session is copied along with the database
     small_db = connections["default"]

@@ -26,7 +26,7 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert report["reconciliation"]["webhook_settled"] == report["reconciliation"]["jobs"]
     for run in ("small_run", "large_run"):
         pages = report["scale"][run]["pages"]
-        assert {p["page"] for p in pages} == {"/queue/", "/jobs/{job_id}/", "/audit/"}
+        assert {p["page"] for p in pages} == {"/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/"}
         assert all(p["status"] == 200 for p in pages), pages
         assert all(not s["seq_scan"] for s in report["scale"][run]["selection"]), report["scale"][run]["selection"]
     # Query counts do not grow with the history.
