@@ -13,8 +13,8 @@ from playwright.sync_api import expect
 from alerts.models import LevelSample
 from alerts.sampling import sample_levels
 from ledger import services
-from tests.console.conftest import make_unknown_job
 from tests.conftest import make_job
+from tests.console.conftest import make_unknown_job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
