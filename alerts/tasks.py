@@ -1,12 +1,12 @@
 """The alerts' periodic tasks (declared in config/schedules.py): interfaces, not logic."""
 
-from alerts.evaluate import evaluate_alerts as _evaluate
-from alerts.sampling import sample_levels as _sample
+from alerts import evaluate, sampling
 
 
 def evaluate_alerts() -> int:
-    return len(_evaluate())
+    """Notifications sent by this pass."""
+    return len(evaluate.evaluate_alerts())
 
 
 def sample_levels() -> None:
-    _sample()
+    sampling.sample_levels()

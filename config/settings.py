@@ -375,6 +375,9 @@ RECKON_ALERT_APPROVAL_WAIT_S = float(os.environ.get("RECKON_ALERT_APPROVAL_WAIT_
 # Django's mail backend sends alert emails through this SMTP server.
 EMAIL_HOST = os.environ.get("RECKON_EMAIL_HOST", "localhost")
 EMAIL_PORT = envint("RECKON_EMAIL_PORT", 25)
+# An evaluation holds its alert row locked while it sends; with the webhook's 5 s, four conditions
+# stay inside the cluster's task timeout even when both channels hang.
+EMAIL_TIMEOUT = 5
 
 LOGGING = {
     "version": 1,
