@@ -8,5 +8,7 @@ def evaluate_alerts() -> int:
     return len(evaluate.evaluate_alerts())
 
 
-def sample_levels() -> None:
+def sample_history() -> None:
+    """What the overview's charts draw: the levels now, the events counted per hour."""
     sampling.sample_levels()
+    sampling.count_events()

@@ -1,9 +1,10 @@
 """The overview's charts over time: sampled unknown-work levels, and per-bucket counts of ledger
 events (reconciliation outcomes, claimed deliveries).
 
-Levels come from alerts.LevelSample (one row a minute, every tenant), so only a user who sees
-every tenant gets them. Event counts are one GROUP BY over the event_kind_at index (kind, at),
-bounded by the window, not by the history.
+Both come from what the sampling schedule records once a minute (alerts.sampling): levels from
+alerts.LevelSample (every tenant, so only a user who sees every tenant gets them), event counts
+from alerts.EventCount (per hour and tenant, so they follow the tenant fence). A page view reads
+at most a week of those small rows, however large the history.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, DateTimeField, DurationField, F, Func, Max, Value
+from django.db.models import DateTimeField, DurationField, F, Func, Max, Sum, Value
 from django.utils import timezone
 
-from alerts.models import LevelSample
+from alerts.models import EventCount, LevelSample
 from console.access import TenantFence
-from ledger.models import LedgerEvent
 from ledger.states import EventKind
 
 
@@ -70,11 +70,11 @@ def _bin(window: Window, start: datetime, field: str) -> DateBin:
 def event_counts(window: Window, fence: TenantFence, kinds: dict[str, str], now: datetime | None = None) -> Series:
     start = window.start(now or timezone.now())
     rows = (
-        fence.apply(LedgerEvent.objects.filter(kind__in=list(kinds), at__gte=start))
-        .annotate(bucket=_bin(window, start, "at"))
+        fence.apply(EventCount.objects.filter(kind__in=list(kinds), hour__gte=start), "tenant")
+        .annotate(bucket=_bin(window, start, "hour"))
         .order_by()
         .values_list("bucket", "kind")
-        .annotate(n=Count("id"))
+        .annotate(n=Sum("count"))
     )
     starts = [start + i * window.step for i in range(window.buckets)]
     index = {bucket: i for i, bucket in enumerate(starts)}

@@ -1,10 +1,10 @@
 """Through a real django-q2 cluster: the schedules declared in config/schedules.py sample the
-levels and send the alert, once, to the webhook receiver."""
+levels, count the events and send the alert, once, to the webhook receiver."""
 
 import pytest
 from django_q.scheduler import scheduler
 
-from alerts.models import AlertState, LevelSample
+from alerts.models import AlertState, EventCount, LevelSample
 from tests.console.conftest import make_unknown_job
 from tests.processes import qcluster, wait_for
 
@@ -24,3 +24,4 @@ def test_the_cluster_samples_the_levels_and_sends_the_alert_once(webhook):
     assert text.startswith("[Reckon] FIRING: Unknown work older than its bound") and "inv-1" in text
     sample = LevelSample.objects.get()
     assert sample.unknown_work == 1
+    assert EventCount.objects.get(kind="claimed").count == 1

@@ -11,7 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from alerts.models import LevelSample
-from alerts.sampling import sample_levels
+from alerts.sampling import count_events, sample_levels
 from ledger import services
 from tests.conftest import make_job
 from tests.console.conftest import make_unknown_job
@@ -27,6 +27,7 @@ def test_the_overview_draws_its_charts_over_time(page_factory):
     earlier = timezone.now() - timedelta(hours=5)
     LevelSample.objects.create(sampled_at=earlier, unknown_work=8, waiting_for_human=4, oldest_unknown_age_s=7200)
     sample_levels()  # now: 3 unknown, none waiting for a person
+    count_events()
     page, violations = page_factory()
 
     levels = page.locator('figure[data-chart="levels"]')

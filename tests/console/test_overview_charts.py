@@ -10,9 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from alerts.models import LevelSample
-from alerts.sampling import sample_levels
+from alerts.models import EventCount, LevelSample
+from alerts.sampling import COUNTED_KINDS, count_events, sample_levels
 from ledger import services
+from console.selectors.charts import OUTCOME_KINDS, THROUGHPUT_KINDS
 from ledger.models import LedgerEvent
 from reconciliation.passes import reconcile_due_jobs
 from tests.conftest import make_job
@@ -82,6 +83,7 @@ def test_outcomes_and_throughput_are_the_ledger_s_events_this_hour(client, audit
     assert sorted(d.outcome for d in reconcile_due_jobs()) == ["confirmed", "conflict"]
     make_job("plain")
     services.claim_job(job_id="plain", worker="w")
+    count_events()  # the sampling schedule's minute
 
     client.force_login(auditor)
     html = client.get("/").content.decode()
@@ -101,6 +103,7 @@ def test_a_user_fenced_to_some_tenants_sees_their_counts_and_no_ledger_wide_leve
     make_job("ours", tenant="globex")
     services.claim_job(job_id="ours", worker="w")
     make_unknown_job("theirs", tenant="acme")
+    count_events()
     client.force_login(with_tenants(auditor, "globex"))
     html = client.get("/").content.decode()
     assert 'data-chart="levels"' not in html and "shown to users who see all tenants" in html
@@ -129,3 +132,20 @@ def test_sampling_records_the_levels_now_and_forgets_old_samples(operator):
     assert (sample.unknown_work, sample.waiting_for_human) == (3, 2)
     assert 0 < sample.oldest_unknown_age_s < 60
     assert list(LevelSample.objects.all()) == [sample]
+
+
+def test_events_are_counted_per_hour_and_tenant_and_recounted_for_late_commits():
+    make_job("a", tenant="acme")
+    services.claim_job(job_id="a", worker="w")
+    first = count_events()
+    assert first == (timezone.now() - timedelta(days=8)).replace(minute=0, second=0, microsecond=0)  # the backfill
+    assert list(EventCount.objects.values_list("kind", "tenant", "count")) == [("claimed", "acme", 1)]
+    make_job("b", tenant="acme")
+    services.claim_job(job_id="b", worker="w")
+    again = count_events()
+    assert again == timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    assert list(EventCount.objects.values_list("kind", "tenant", "count")) == [("claimed", "acme", 2)]
+
+
+def test_every_charted_kind_is_counted():
+    assert set(OUTCOME_KINDS) | set(THROUGHPUT_KINDS) <= set(COUNTED_KINDS)
