@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from alerts.models import EventCount, LevelSample
 from alerts.sampling import COUNTED_KINDS, count_events, sample_levels
-from ledger import services
 from console.selectors.charts import OUTCOME_KINDS, THROUGHPUT_KINDS
+from ledger import services
 from ledger.models import LedgerEvent
 from reconciliation.passes import reconcile_due_jobs
 from tests.conftest import make_job
