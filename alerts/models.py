@@ -14,6 +14,9 @@ class LevelSample(models.Model):
     unknown_work = models.PositiveIntegerField()
     waiting_for_human = models.PositiveIntegerField()
     oldest_unknown_age_s = models.FloatField(null=True, blank=True)  # None: no unknown work
+    # tenant -> {status: jobs} for the finished statuses: the bulk of a large history, counted
+    # here once a minute rather than on every view of the overview.
+    finished_jobs = models.JSONField(default=dict)
 
     def __str__(self) -> str:
         return f"{self.unknown_work} unknown at {self.sampled_at:%Y-%m-%d %H:%M}"

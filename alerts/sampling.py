@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from alerts.models import EventCount, LevelSample
 from ledger.models import Job, LedgerEvent
-from ledger.states import NEEDS_HUMAN, UNKNOWN_WORK, EventKind
+from ledger.states import FINISHED_JOB, NEEDS_HUMAN, UNKNOWN_WORK, EventKind
 
 KEEP = timedelta(days=8)
 HOUR = timedelta(hours=1)
@@ -28,14 +28,21 @@ COUNTED_KINDS = (
 
 
 def sample_levels() -> LevelSample:
-    """Record the levels now (one COUNT over the unknown statuses, served by job_status_created)
-    and drop samples older than KEEP."""
+    """Record the levels now (one COUNT over the unknown statuses, served by job_status_created),
+    the finished jobs per tenant and status (a pass over them: this is where it is paid), and
+    drop samples older than KEEP."""
     now = timezone.now()
     levels = Job.objects.filter(status__in=UNKNOWN_WORK).aggregate(
         unknown=Count("id"), human=Count("id", filter=Q(status__in=NEEDS_HUMAN)), oldest=Min("created_at")
     )
+    finished: dict[str, dict[str, int]] = {}
+    for tenant, status, n in (
+        Job.objects.filter(status__in=FINISHED_JOB).order_by().values_list("tenant", "status").annotate(n=Count("id"))
+    ):
+        finished.setdefault(tenant, {})[status] = n
     sample = LevelSample.objects.create(
         sampled_at=now,
+        finished_jobs=finished,
         unknown_work=levels["unknown"],
         waiting_for_human=levels["human"],
         oldest_unknown_age_s=(now - levels["oldest"]).total_seconds() if levels["oldest"] else None,
