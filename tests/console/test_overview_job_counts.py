@@ -7,8 +7,8 @@ import pytest
 
 from alerts.sampling import sample_levels
 from ledger import services
-from tests.console.conftest import with_tenants
 from tests.conftest import make_job
+from tests.console.conftest import with_tenants
 
 pytestmark = pytest.mark.django_db
 
