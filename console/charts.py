@@ -101,7 +101,7 @@ class Chart:
 
 
 def count_text(value: float) -> str:
-    return f"{value:g}"
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
 def count_ceiling(value: float) -> float:
@@ -125,14 +125,15 @@ def _bucket_label(window: Window, start: datetime) -> str:
 
 
 def _frame(chart: Chart, top: float, value_text: Callable[[float], str]) -> None:
-    """The y axis' ticks (0, half, top) and a time label on about every sixth bucket."""
+    """The y axis' ticks (0, half, top); on the time axis every fourth hour (24 h) or each day's
+    start (7 d)."""
     chart.y_ticks = [(TOP + PLOT_H - PLOT_H * f, value_text(top * f)) for f in (0, 0.5, 1)]
     step = PLOT_W / chart.window.buckets
-    every = max(1, chart.window.buckets // 6)
-    chart.x_ticks = [
-        (LEFT + i * step, _bucket_label(chart.window, start))
-        for i, start in enumerate(chart.starts) if i % every == 0
-    ]
+    if chart.window.key == "24h":
+        ticks = [(i, start.strftime("%H:%M")) for i, start in enumerate(chart.starts) if start.hour % 4 == 0]
+    else:
+        ticks = [(i, start.strftime("%a %d")) for i, start in enumerate(chart.starts) if start.hour == 0]
+    chart.x_ticks = [(round(LEFT + i * step, 2), label) for i, label in ticks]
 
 
 def _y(value: float, top: float) -> float:
