@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from config.hardening import client_address
+from ledger.gate import gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
@@ -123,7 +124,7 @@ def exposition() -> str:
             [({"state": s}, counts.get(s, 0)) for s in states.values],
         )
 
-    depth, oldest = _unknown_work()
+    depth, oldest, oldest_job = _unknown_work()
     out.family(
         "reckon_unknown_work_jobs", "gauge", "Jobs waiting on reconciliation or a human.", [({}, depth)]
     )
@@ -132,6 +133,19 @@ def exposition() -> str:
         "gauge",
         "Seconds since the longest-waiting unknown-work job last changed (0 when none).",
         [({}, oldest)],
+    )
+
+    out.family(
+        "reckon_unknown_work_oldest_job_age_seconds",
+        "gauge",
+        "Seconds since the oldest unknown-work job was created (0 when none): the overview's age, the alert's.",
+        [({}, oldest_job)],
+    )
+    out.family(
+        "reckon_dead_man_gate_open",
+        "gauge",
+        "1 while the dead-man gate is open, 0 while it holds irreversible side effects.",
+        [({}, 1 if gate_status().open else 0)],
     )
 
     kinds = _grouped(LedgerEvent.objects.filter(kind__in=[*EVENT_COUNTERS, *LEASE_EXPIRY_KINDS]), "kind")
@@ -161,18 +175,36 @@ def exposition() -> str:
             "Approval requests awaiting a decision.",
             [({}, approvals.get("pending", 0))],
         )
+        out.family(
+            "reckon_approvals_oldest_pending_age_seconds",
+            "gauge",
+            "Seconds the oldest pending approval request has waited (0 when none).",
+            [({}, _oldest_pending_approval_age())],
+        )
     return out.text()
 
 
-def _unknown_work() -> tuple[int, float]:
+def _unknown_work() -> tuple[int, float, float]:
+    """How many unknown-work jobs; seconds since the longest-waiting one last changed; since the
+    oldest one was created."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0)"
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0),"
+            " coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
             f" FROM {Job._meta.db_table} WHERE status = ANY(%s)",  # nosec B608  # table name from the model; statuses bound
             [[s.value for s in UNKNOWN_WORK]],
         )
-        depth, oldest = cursor.fetchone()
-    return depth, max(0.0, round(float(oldest), 3))
+        depth, oldest, oldest_job = cursor.fetchone()
+    return depth, max(0.0, round(float(oldest), 3)), max(0.0, round(float(oldest_job), 3))
+
+
+def _oldest_pending_approval_age() -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
+            " FROM approvals_approvalrequest WHERE status = 'pending'"
+        )
+        return max(0.0, round(float(cursor.fetchone()[0]), 3))
 
 
 def _optional_grouped(app_label: str, model_name: str, field: str, **filters) -> dict[str, int] | None:

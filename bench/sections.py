@@ -222,9 +222,9 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
 
 # --- console at scale and selection cost ---------------------------------------------------
 
-# The header's job search, typed in another case: by most of the measured job's id (a page of
-# neighbours), and by a start every generated job shares (the index walk must stop after a page).
-PAGES = ("/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}", "/search/?q={shared}")
+# The overview with its charts, and the header's job search, typed in another case: by most of the
+# measured job's id (a page of neighbours), and by a start every generated job shares.
+PAGES = ("/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}", "/search/?q={shared}")
 
 
 def _page_url(page: str, job_id: str) -> str:
@@ -240,6 +240,21 @@ def _console_client() -> tuple[Client, str]:
     client.force_login(user)
     job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
     return client, job_id
+
+
+def _sample_history(*, week: bool) -> None:
+    """What the sampling schedule leaves for the overview's charts: with `week`, a week of level
+    samples, one a minute; then this minute's sample and event counts, from the ledger as it is."""
+    from alerts.tasks import sample_history
+
+    if week:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO alerts_levelsample (sampled_at, unknown_work, waiting_for_human, oldest_unknown_age_s,"
+                " finished_jobs) SELECT at, 100 + (random() * 50)::int, 40, 3600, '{}' FROM generate_series("
+                "now() - interval '7 days', now() - interval '1 minute', interval '1 minute') AS at"
+            )
+    sample_history()
 
 
 def _page_probe(client: Client, url: str):
@@ -390,6 +405,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
     """
     started = time.monotonic()
     generate(attempts=small, queued=queued, prefix="scale-a")
+    _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
     client, job_id = _console_client()  # the login session is copied along with the database
     small_db = connections["default"]
@@ -398,6 +414,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
         with _using(large_db):
             started = time.monotonic()
             grown = generate(attempts=large - small, queued=0, prefix="scale-b")
+            _sample_history(week=False)
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})
         for page in PAGES:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alerts.tasks import evaluate_alerts, sample_history
 from approvals.tasks import expire_due_approvals
 from ledger.tasks import sweep_expired_leases
 from reconciliation.tasks import reconcile_until_idle
@@ -39,6 +40,8 @@ SCHEDULES = (
     Every(sweep_expired_leases),  # expired leases: reclaim, or mark unknown
     Every(reconcile_until_idle),  # unknown work: ask the providers
     Every(expire_due_approvals),  # approval requests past their time: back to an operator
+    Every(sample_history),  # what the overview's charts draw: levels sampled, events counted per hour
+    Every(evaluate_alerts),  # notify when an alert condition starts or clears
 )
 
 

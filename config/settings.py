@@ -30,6 +30,7 @@ SECURITY = "Security and hardening"
 API = "Worker API"
 EXAMPLES = "The examples' own variables (examples/, read by those programs, not by Reckon)"
 HARNESS = "Fault points, tests and benchmarks"
+ALERTS = "Alerts"
 
 
 def database_from_url(url: str) -> dict:
@@ -107,6 +108,7 @@ INSTALLED_APPS = [
     "api",
     "chaos",
     "bench",
+    "alerts",
 ]
 
 MIDDLEWARE = [
@@ -359,6 +361,19 @@ RECKON_METRICS_ALLOW = setting("RECKON_METRICS_ALLOW", ["127.0.0.1/32", "::1/128
 
 RECKON_LOG_LEVEL = setting("RECKON_LOG_LEVEL", "INFO", Str, "Level of Reckon's own log (DEBUG, INFO, WARNING, …).",
                            group=CORE)
+
+# -- Alerts (alerts/): where they go and when they fire.
+RECKON_ALERT_WEBHOOK_URL = setting("RECKON_ALERT_WEBHOOK_URL", "", Url, "A Slack-compatible webhook (a JSON POST of {\"text\": ...}) that receives alerts; unset: no webhook.", group=ALERTS, example="https://hooks.slack.com/services/T000/B000/XXXX")
+RECKON_ALERT_EMAILS = setting("RECKON_ALERT_EMAILS", [], List, "Comma-separated addresses that receive alerts by email (Django's mail backend); unset: no email.", group=ALERTS, example="oncall@example.com")
+RECKON_ALERT_EMAIL_FROM = setting("RECKON_ALERT_EMAIL_FROM", "reckon@localhost", Str, "The sender address of alert emails.", group=ALERTS)
+RECKON_CONSOLE_URL = setting("RECKON_CONSOLE_URL", "", Url, "The console's address as people reach it, for the links alerts carry (unset: paths only).", group=ALERTS, example="https://reckon.example.com")
+RECKON_ALERT_UNKNOWN_AGE_S = setting("RECKON_ALERT_UNKNOWN_AGE_S", 3600.0, Float, "Alert when the oldest unknown job is older than this many seconds.", group=ALERTS)
+RECKON_ALERT_APPROVAL_WAIT_S = setting("RECKON_ALERT_APPROVAL_WAIT_S", 3600.0, Float, "Alert when an approval request has waited longer than this many seconds.", group=ALERTS)
+EMAIL_HOST = setting("RECKON_EMAIL_HOST", "localhost", Str, "The SMTP server Django's mail backend sends alert emails through.", group=ALERTS)
+EMAIL_PORT = setting("RECKON_EMAIL_PORT", 25, Int, "Its port.", group=ALERTS)
+# An evaluation holds its alert row locked while it sends; with the webhook's 5 s, four conditions
+# stay inside the cluster's task timeout even when both channels hang.
+EMAIL_TIMEOUT = 5
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

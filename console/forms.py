@@ -40,9 +40,8 @@ class QueueFilterForm(forms.Form):
     status = forms.ChoiceField(required=False)
     action = forms.ChoiceField(required=False)
     tenant = forms.CharField(required=False, max_length=100, validators=[reject_control_characters])
-    older_than = forms.TypedChoiceField(
-        label="Age", choices=AGES, coerce=int, empty_value=None, required=False
-    )
+    # The menu offers the usual ages; a link (an alert's) may ask for any number of minutes.
+    older_than = forms.IntegerField(label="Age", min_value=1, required=False, widget=forms.Select(choices=AGES))
     q = forms.CharField(
         label="Job id or key", required=False, max_length=320, validators=[reject_control_characters]
     )
@@ -57,6 +56,9 @@ class QueueFilterForm(forms.Form):
         super().__init__(data, **kwargs)
         tab = (data or {}).get("tab") if (data or {}).get("tab") in TABS else "human"
         self.fields["status"].choices = [("", "all statuses")] + [(s.value, s.value) for s in TABS[tab][1]]
+        asked = str((data or {}).get("older_than", ""))
+        if asked.isdigit() and asked not in dict(AGES):  # the menu shows the age a link asked for
+            self.fields["older_than"].widget.choices = [*AGES, (asked, f"older than {asked} min")]
         self.fields["action"].choices = [("", "all actions")] + [
             (a.name, a.name) for a in registered_actions()
         ]

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", overview.overview, name="overview"),
     path("healthz", overview.healthz, name="healthz"),
     path("search/", search.search, name="search"),
+    path("overview/charts/", overview.charts, name="overview_charts"),
     path("queue/", queue.queue, name="queue"),
     path("queue/counts/", queue.queue_counts, name="queue_counts"),
     path("queue/bulk/", queue.bulk_decide, name="queue_bulk"),

@@ -4,14 +4,31 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.access import READERS, fence_of, role_required
+from console.selectors.charts import WINDOWS
 from console.selectors.overview import overview as overview_figures
+from console.selectors.overview_charts import overview_charts
 
 
 @require_GET
 @role_required(*READERS)
 def overview(request: HttpRequest) -> HttpResponse:
-    template = "console/overview.html#overview-live" if request.htmx else "console/overview.html"
-    return render(request, template, {"overview": overview_figures(fence_of(request.user))})
+    fence = fence_of(request.user)
+    if request.htmx:  # the live figures' refresh; the charts refresh on their own
+        return render(request, "console/overview.html#overview-live", {"overview": overview_figures(fence)})
+    return render(request, "console/overview.html",
+                  {"overview": overview_figures(fence), "charts": overview_charts(_window(request), fence)})
+
+
+@require_GET
+@role_required(*READERS)
+def charts(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/overview_charts.html",
+                  {"charts": overview_charts(_window(request), fence_of(request.user))})
+
+
+def _window(request: HttpRequest):
+    """The charts' window from `?range=` (24h or 7d); anything else shows the last 24 hours."""
+    return WINDOWS.get(request.GET.get("range", ""), WINDOWS["24h"])
 
 
 @require_GET

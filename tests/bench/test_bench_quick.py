@@ -29,7 +29,7 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert report["reconciliation"]["webhook_settled"] == report["reconciliation"]["jobs"]
     for run in ("small_run", "large_run"):
         pages = report["scale"][run]["pages"]
-        assert {p["page"] for p in pages} == {"/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}",
+        assert {p["page"] for p in pages} == {"/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}",
                                               "/search/?q={shared}"}
         assert {s["query"] for s in report["scale"][run]["selection"]} == {"search", "sweeper", "reconciler"}
         assert all(p["status"] == 200 for p in pages), pages

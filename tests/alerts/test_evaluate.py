@@ -1,0 +1,191 @@
+"""Alerts: each condition notifies once when it starts, stays quiet while it holds, sends a
+"resolved" note when it clears, and fires again when it returns; to a real webhook receiver and
+to Django's mail outbox."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+from django.core import mail
+from django.db import connection
+
+from alerts.evaluate import evaluate_alerts
+from alerts.models import AlertState
+from ledger.gate import record_pass
+from ledger.models import Job
+from reconciliation import decisions
+from reconciliation.passes import reconcile_due_jobs
+from tests.console.conftest import latest_version, make_operator_job, make_unknown_job, with_tenants
+from tests.reconciliation.helpers import MAIL, send_message, unknown_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_fires_once_stays_quiet_resolves_and_fires_again(channels, settings, operator):
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0  # every unknown job is past the bound
+    make_unknown_job("inv-1")
+
+    [fired] = evaluate_alerts()
+    assert (fired.condition, fired.firing, fired.channels) == ("unknown_too_old", True, ["webhook", "email"])
+    [text] = channels.texts
+    assert text.startswith("[Reckon] FIRING: Unknown work older than its bound")
+    assert "1 unknown job older than 0 s; the oldest, inv-1 (needs_reconciliation)" in text
+    assert "Queue: https://reckon.example.com/queue/?tab=reconciling&older_than=1" in text
+    [email] = mail.outbox
+    assert email.to == ["oncall@example.com"] and email.subject.startswith("[Reckon] FIRING")
+    assert "inv-1" in email.body
+
+    make_unknown_job("inv-2")  # the condition still holds (now two jobs): no second message
+    assert evaluate_alerts() == []
+    assert len(channels.messages) == 1 and len(mail.outbox) == 1
+
+    for job_id in ("inv-1", "inv-2"):
+        decisions.cancel_job(job_id=job_id, version=latest_version(job_id), user=operator, note="handled")
+    [resolved] = evaluate_alerts()
+    assert (resolved.condition, resolved.firing) == ("unknown_too_old", False)
+    assert channels.texts[1].startswith("[Reckon] RESOLVED: Unknown work older than its bound")
+    assert mail.outbox[1].subject.startswith("[Reckon] RESOLVED")
+    assert evaluate_alerts() == []  # clear stays quiet too
+
+    make_unknown_job("inv-3")
+    [again] = evaluate_alerts()
+    assert (again.condition, again.firing) == ("unknown_too_old", True)
+    assert "inv-3" in channels.texts[2] and len(mail.outbox) == 3
+
+
+def test_the_link_shows_the_jobs_the_alert_is_about(channels, settings, client, operator):
+    settings.RECKON_ALERT_APPROVAL_WAIT_S = 90
+    for job_id in ("vault-1", "vault-new"):
+        make_operator_job(job_id)
+        decisions.mark_not_found(job_id=job_id, version=latest_version(job_id), user=operator, note="none")
+    make_operator_job("vault-2")  # waits for an operator, not for an approval
+    _age("vault-1", minutes=3)  # its job and its approval request were made three minutes ago
+
+    [fired] = evaluate_alerts()
+    assert fired.condition == "approval_waiting"
+    text = channels.texts[0]
+    assert "1 approval request waiting longer than 1 min; the oldest, for vault-1, has waited 3 min" in text
+    path = text.split("Queue: https://reckon.example.com", 1)[1]
+    assert path == "/queue/?tab=human&status=awaiting_approval&older_than=1"
+    client.force_login(with_tenants(operator))
+    page = client.get(path).content.decode()
+    assert re.findall(r'<tr data-job="([^"]+)">', page) == ["vault-1"]
+
+
+def test_a_conflict_answer_alerts_until_a_person_resolves_it(channels, provider, operator):
+    unknown_job("m1", "mail.send", MAIL)
+    send_message(provider, "mail.send:m1", {**MAIL, "subject": "Wrong"})
+    [decision] = reconcile_due_jobs()
+    assert decision.applied == "escalated"
+
+    [fired] = evaluate_alerts()
+    assert fired.condition == "reconciliation_conflict"
+    assert "Reconciliation answered conflict: 1 escalated job need a person (m1)" in channels.texts[0]
+    assert "Queue: https://reckon.example.com/queue/?tab=human&status=escalated" in channels.texts[0]
+    assert evaluate_alerts() == []
+
+    decisions.confirm_effect(job_id="m1", version=latest_version("m1"), user=operator, note="it is ours")
+    [resolved] = evaluate_alerts()
+    assert (resolved.condition, resolved.firing) == ("reconciliation_conflict", False)
+
+
+def test_the_dead_man_gate_closing_alerts_and_reopening_resolves(channels, settings):
+    settings.RECKON_GATE_BOUND_S = 60  # no loop has completed a pass yet: closed
+    [fired] = evaluate_alerts()
+    assert fired.condition == "gate_closed"
+    assert "The dead-man gate is closed: the sweeper has not completed a pass yet" in channels.texts[0]
+    assert "Queue: https://reckon.example.com/" in channels.texts[0]
+    assert evaluate_alerts() == []
+
+    record_pass("sweeper")
+    assert evaluate_alerts() == []  # the reconciler still has not: still closed
+    record_pass("reconciler")
+    [resolved] = evaluate_alerts()
+    assert (resolved.condition, resolved.firing) == ("gate_closed", False)
+    assert channels.texts[1].startswith("[Reckon] RESOLVED: Dead-man gate closed")
+
+
+def test_an_undelivered_alert_leaves_the_state_and_is_sent_by_the_next_pass(channels, settings):
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    settings.RECKON_ALERT_EMAILS = []
+    make_unknown_job("inv-1")
+    channels.status = 500
+    assert evaluate_alerts() == []
+    assert not AlertState.objects.get(condition="unknown_too_old").firing
+
+    channels.status = 200
+    [fired] = evaluate_alerts()
+    assert fired.firing and len(channels.messages) == 2  # the refused one, then the delivered one
+
+
+def test_one_channel_down_does_not_silence_the_other(channels, settings):
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    settings.RECKON_ALERT_WEBHOOK_URL = "file:///etc/passwd"  # not an http(s) URL: refused
+    make_unknown_job("inv-1")
+    [fired] = evaluate_alerts()
+    assert fired.channels == ["email"] and len(mail.outbox) == 1
+
+
+def test_without_a_channel_nothing_is_evaluated(settings):
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    settings.RECKON_ALERT_WEBHOOK_URL = ""
+    settings.RECKON_ALERT_EMAILS = []
+    make_unknown_job("inv-1")
+    assert evaluate_alerts() == []
+    assert not AlertState.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_evaluators_at_once_send_one_message(channels, settings):
+    """The first evaluator holds the condition's row lock while the webhook has not answered;
+    the second waits for it, then finds the condition already firing and sends nothing."""
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    settings.RECKON_ALERT_EMAILS = []
+    make_unknown_job("inv-1")
+    AlertState.objects.create(condition="unknown_too_old")
+    channels.hold.clear()
+    results = {}
+
+    def evaluate(name):
+        try:
+            results[name] = evaluate_alerts()
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=evaluate, args=("first",))
+    first.start()
+    assert channels.arrived.wait(timeout=10)  # the first is sending, its row lock held
+    second = threading.Thread(target=evaluate, args=("second",))
+    second.start()
+    assert _waits_on_a_lock(timeout=10)  # the second blocks on that lock
+    channels.hold.set()
+    first.join(timeout=20)
+    second.join(timeout=20)
+    assert len(channels.messages) == 1
+    assert [n.condition for n in results["first"]] == ["unknown_too_old"] and results["second"] == []
+    assert Job.objects.filter(job_id="inv-1").exists()
+
+
+def _age(job_id: str, minutes: int) -> None:
+    """Backdate a job and its approval requests (test setup only: time, not state)."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE ledger_job SET created_at = now() - make_interval(mins => %s) WHERE job_id = %s",
+                       [minutes, job_id])
+        cursor.execute("UPDATE approvals_approvalrequest SET created_at = now() - make_interval(mins => %s) "
+                       "WHERE job_id = (SELECT id FROM ledger_job WHERE job_id = %s)", [minutes, job_id])
+
+
+def _waits_on_a_lock(timeout: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database()")
+            if cursor.fetchone()[0]:
+                return True
+        time.sleep(0.05)  # polling a condition with a bound, not synchronising on time
+    return False
