@@ -18,6 +18,12 @@ from reconciliation import decisions
 from tests.conftest import latest_attempt, make_job
 from tests.console.conftest import make_operator_job, make_unknown_job
 
+# Worker names as a deployment has them (pod names): long, and they must wrap, not widen a table.
+POD = "billing-worker-7f9c6d5b8-xk2lp"
+# What providers answer: URLs and JSON without a space to break a line at.
+RESULT = "https://billing.example.com/v1/invoices/in_1NqLx2eZvKYlo2C0a8m3?expand=lines.data.price"
+DECLINED = ('card_declined: {"error":{"code":"card_declined","decline_code":"insufficient_funds",'
+            '"request_log_url":"https://dashboard.example.com/logs/req_8f7d6c5b4a3e2d1c0b9a"}}')
 NOTE = "Checked the provider's dashboard for this key: see the evidence"
 
 
@@ -39,27 +45,27 @@ def populate(operator, approver) -> dict[str, str]:
     approval that `approver` rejects, and leaves another pending."""
     jobs = {}
 
-    lease = services.claim_job(job_id=make_job("pay-running").job_id, worker="worker-a")
+    lease = services.claim_job(job_id=make_job("pay-running").job_id, worker=POD)
     services.begin_side_effect(lease=lease)
     jobs["running, leased, submitted"] = "pay-running"
 
-    lease = services.claim_job(job_id=make_job("pay-retried").job_id, worker="worker-a")
+    lease = services.claim_job(job_id=make_job("pay-retried").job_id, worker=POD)
     services.record_failure(lease=lease, error="provider answered 503: try again later", retryable=True)
-    lease = services.claim_job(job_id="pay-retried", worker="worker-b")
+    lease = services.claim_job(job_id="pay-retried", worker=POD + "-2")
     services.begin_side_effect(lease=lease)
-    services.record_success(lease=lease, result_ref="in_1NqLx2eZvKYlo2C0a8m3")
+    services.record_success(lease=lease, result_ref=RESULT)
     jobs["failed then confirmed"] = "pay-retried"
 
-    lease = services.claim_job(job_id=make_job("pay-failed").job_id, worker="worker-a")
+    lease = services.claim_job(job_id=make_job("pay-failed").job_id, worker=POD)
     services.begin_side_effect(lease=lease)
-    services.record_failure(lease=lease, error="card_declined: the customer's card was declined")
+    services.record_failure(lease=lease, error=DECLINED)
     jobs["failed"] = "pay-failed"
 
     jobs["unknown, ambiguous"] = make_unknown_job("inv-unknown").job_id
     jobs["needs an operator, with checks"] = make_operator_job("rot-operator").job_id
 
     make_job("id-blocked", identity={"account": "prod-billing"})
-    lease = services.claim_job(job_id="id-blocked", worker="worker-a")
+    lease = services.claim_job(job_id="id-blocked", worker=POD)
     with pytest.raises(services.IdentityMismatch):
         services.verify_identity(lease=lease, observed={"account": "staging-billing"})
     jobs["blocked by an identity mismatch"] = "id-blocked"
