@@ -52,12 +52,21 @@ EMPTY_PAGES = {"overview": "/", "queue": "/queue/", "approvals": "/approvals/", 
 ROLES = ["operator", "approver", "auditor", "admin_user"]
 
 
+# Colour is never the only carrier of meaning: an element coloured for a state (status-failed,
+# execution-unknown, outcome-not_found...) says that state in words.
+WORDLESS_STATES = """() => [...document.querySelectorAll("[class]")].flatMap(el => [...el.classList]
+  .filter(c => /^(status|delivery|execution|effect|outcome|approval)-/.test(c))
+  .filter(c => !el.textContent.includes(c.slice(c.indexOf("-") + 1)))
+  .map(c => c + ": " + el.textContent.trim().slice(0, 40)))"""
+
+
 def _visit(page, base: str, pages: dict[str, str], prefix: str) -> dict[str, list]:
     serious = {}
     for name, url in pages.items():
         response = page.goto(base + url, wait_until="networkidle")
         assert response.status == 200, f"{name}: {response.status}"
         serious[name] = check(page, f"{prefix}-{name}")
+        assert not page.evaluate(WORDLESS_STATES), f"{name}: a state shown by colour alone"
     return serious
 
 
