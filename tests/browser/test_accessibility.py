@@ -102,8 +102,7 @@ def test_a_user_without_tenants_sees_a_clean_notice(live_server, browser, log_in
 
 def test_the_login_lockout_and_error_pages_pass_axe(live_server, browser, log_in, operator, settings):
     settings.AXES_FAILURE_LIMIT = 2
-    settings.DEBUG = False  # the error pages people get, not Django's debug pages
-    settings.ROOT_URLCONF = __name__
+    settings.ROOT_URLCONF = __name__  # (pytest-django runs with DEBUG off: the error pages people get)
     base = live_server.url
     serious = {}
     context = browser.new_context(viewport={"width": 1400, "height": 900})
