@@ -98,6 +98,8 @@ READS = {
     "audit": ("/audit/", _text(">{job}</a>")),
     "audit_export": ("/audit/export.csv", _csv_jobs),
     "admin_audit_export": ("/audit/admin-export.csv", None),
+    # Counts the sampling schedule records: their fence is tested in test_overview_charts.py.
+    "overview_charts": ("/overview/charts/", None),
 }
 
 
