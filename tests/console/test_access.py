@@ -99,6 +99,8 @@ READS = {
     "audit_export": ("/audit/export.csv", _csv_jobs),
     "admin_audit_export": ("/audit/admin-export.csv", None),
     "search": ("/search/?q=INV-", _text('<tr data-job="{job}">')),
+    # Counts the sampling schedule records: their fence is tested in test_overview_charts.py.
+    "overview_charts": ("/overview/charts/", None),
 }
 
 
