@@ -72,7 +72,8 @@ def test_the_second_operator_is_told_who_won_and_keeps_the_note(
     note = "customer confirmed by phone that nothing arrived"
     mine.get_by_label("Note").fill(note)
     mine.get_by_role("button", name="Cancel job").click()
-    warning = mine.locator("#decision-panel .notice-warning")
+    mine.get_by_role("button", name="Yes, cancel job").click()  # cancelling asks first, in the page
+    warning = mine.locator("#decision-panel p.notice-warning")
     expect(warning).to_have_text(re.compile(
         r"otto escalated this job at \d\d:\d\d \(just now\) — your decision was not applied\. "
         r"Their note: finance must look at this one"))
@@ -83,6 +84,7 @@ def test_the_second_operator_is_told_who_won_and_keeps_the_note(
 
     # Deciding again on the new state goes through, with the note they had typed.
     mine.get_by_role("button", name="Cancel job").click()
+    mine.get_by_role("button", name="Yes, cancel job").click()
     expect(mine.locator("#decision-panel .notice-success")).to_contain_text("Cancel job: recorded.")
     event = Job.objects.get(job_id="inv-7").events.get(kind="operator_cancelled")
     assert (event.actor, event.note) == (operator.username, note)

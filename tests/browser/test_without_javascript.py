@@ -7,8 +7,9 @@ import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
+from console.selectors.queue import TABS
 from ledger.models import Job
-from ledger.states import NEEDS_HUMAN, UNKNOWN_WORK
+from ledger.states import UNKNOWN_WORK
 from tests.browser.scenario import populate
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -36,7 +37,7 @@ def test_every_read_page_shows_its_content_without_javascript(live_server, brows
         expect(page.locator('[data-figure="unknown_total"]')).to_have_text(str(unknown))
         page.goto(f"{base}/queue/")
         expect(page.locator('tr[data-job="rot-operator"]')).to_be_visible()
-        human = Job.objects.filter(status__in=NEEDS_HUMAN).count()
+        human = Job.objects.filter(status__in=TABS["human"][1]).count()  # blocked jobs have a tab of their own
         expect(page.locator('[data-tab-count="human"]')).to_have_text(str(human))
         page.goto(f"{base}/queue/?tab=reconciling")
         expect(page.locator('tr[data-job="inv-unknown"]')).to_be_visible()
@@ -73,6 +74,7 @@ def test_every_form_works_without_javascript(live_server, browser, operator, app
         page.get_by_label("Select inv-unknown").check()
         page.get_by_label("Note", exact=True).fill("Customer withdrew the order by phone")
         page.get_by_role("button", name="Cancel job").click()
+        page.get_by_role("button", name="Yes, cancel job for 1 job").click()  # asked again, by the server
         expect(page.locator("ul.messages")).to_contain_text("inv-unknown: Cancel job recorded")
         assert Job.objects.get(job_id="inv-unknown").status == "cancelled"
 
@@ -81,7 +83,7 @@ def test_every_form_works_without_javascript(live_server, browser, operator, app
         page.get_by_label("Note").fill("Vault audit log shows no rotation at that time")
         page.get_by_role("button", name="Mark not found").click()
         expect(page).to_have_url(f"{base}/jobs/rot-operator/")
-        expect(page.locator("ul.messages")).to_contain_text("Mark not found: recorded.")
+        expect(page.locator("#decision-panel .notice-success")).to_contain_text("Mark not found: recorded.")
         expect(page.locator("[data-job-status]")).to_have_text("awaiting_approval")
 
         # The audit's filters.

@@ -123,7 +123,7 @@ def test_the_providers_answer_is_a_sentence_with_the_json_behind_a_toggle(client
     client.force_login(operator)
     html = client.get("/jobs/inv-1/").content.decode()
     assert f'data-evidence-summary>billing: invoice {invoice["id"]} found by idempotency key<' in html
-    assert "<details><summary>Raw answer (JSON)</summary><pre class=\"evidence\">" in html
+    assert "<details><summary>Raw answer (JSON)</summary><pre class=\"evidence\" tabindex=\"0\" role=\"region\"" in html
     assert 'title="reconciliation.reconcilers.invoice" data-reconciler>billing.create_invoice lookup<' in html
     assert f"<summary>billing: invoice {invoice['id']} found by idempotency key</summary>" in html  # the timeline
 
@@ -148,7 +148,7 @@ def test_the_decision_comes_first_and_after_it_focus_goes_to_the_result_and_the_
     make_operator_job("vault-2")
     client.force_login(operator)
     html = client.get("/jobs/vault-1/").content.decode()
-    main = html[html.index('<main id="content">'):]
+    main = html[html.index('<main id="content"'):]
     assert main.index('id="decision-panel"') < main.index('id="job-summary"') < main.index('id="timeline"')
     assert main.index('id="decision-note"') < main.index("<a ", main.index('id="job-summary"'))
     assert 'data-shortcut="c" aria-keyshortcuts="c"' in html and "data-shortcuts" in html
