@@ -305,7 +305,7 @@ def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, proce
     """`processes` `reconcile --loop` processes (as on as many hosts) drain one backlog released at
     once: every job looked up exactly once, their shares add up, the total rate."""
     ids = backlog(world, count=size, prefix=prefix, held=True)
-    env = {**os.environ, **world.env(), "RECKON_RECONCILE_CONCURRENCY": str(concurrency)}
+    env = {**os.environ, **world.env(), "RECKON_RECONCILE_CONCURRENCY": str(concurrency), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "reconcile", "--loop", "--interval", "0.1"]
     logs = [world.workdir / f"{prefix}-{n}.log" for n in range(processes)]
     procs = []
@@ -323,6 +323,11 @@ def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, proce
             wait_until(lambda: not jobs.filter(status="needs_reconciliation").exists(), timeout=600,
                        interval=0.02, what="the three reconcilers to drain the backlog")
             wall = time.monotonic() - started
+
+        def shares() -> list[int]:  # what each process says it reconciled, once its pass has ended
+            return [sum(int(n) for n in re.findall(r"^reconciled (\d+) job", path.read_text(), re.M)) for path in logs]
+
+        wait_until(lambda: sum(shares()) >= size, timeout=60, what="the reconcilers to end their passes")
     finally:
         for proc in procs:
             proc.terminate()
@@ -330,12 +335,10 @@ def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, proce
             proc.wait(timeout=30)
     checks = ReconciliationCheck.objects.filter(job__job_id__in=ids)
     per_job = checks.values("job").annotate(n=Count("id")).values_list("n", flat=True)
-    shares = [sum(int(n) for n in re.findall(r"^reconciled (\d+) job", path.read_text(), re.M)) for path in logs]
     return {"processes": processes, "concurrency": concurrency, "backlog": size, "checks": checks.count(),
-            "jobs_checked": len(per_job), "most_checks_per_job": max(per_job, default=0), "shares": shares,
+            "jobs_checked": len(per_job), "most_checks_per_job": max(per_job, default=0), "shares": shares(),
             "wall_s": round(wall, 2), "reconciled_per_s": round(size / wall, 1),
             "db_connections_max": sampler.most}
-
 
 
 # The full section and the quick one (`bench --quick`, inside `make test`): the same code paths.
