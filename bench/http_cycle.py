@@ -9,7 +9,6 @@ the two sides alternating so that load from elsewhere on the machine falls on bo
 
 from __future__ import annotations
 
-import multiprocessing
 import secrets
 import time
 
@@ -17,6 +16,7 @@ from django.conf import settings
 from django.db import connections
 
 from bench.generate import pending_jobs
+from bench.sections import in_processes
 from chaos.world import Worker, World, _answers, wait_until
 from ledger import services
 from sandbox.stack import stack_children
@@ -109,20 +109,6 @@ def _next_over_http(client, worker: str):
     return cycle
 
 
-def _measure(loops: list, seconds: float) -> float:
-    """Run each loop in a process of its own; cycles per second of them all."""
-    connections.close_all()
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    procs = [context.Process(target=_run, args=(loop, seconds, queue)) for loop in loops]
-    for proc in procs:
-        proc.start()
-    results = [queue.get(timeout=seconds + 120) for _ in procs]
-    for proc in procs:
-        proc.join()
-    return sum(done for done, _ in results) / max(elapsed for _, elapsed in results)
-
-
 def http_cycles(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
     """Per worker count: cycles/s in-process and over HTTP, claiming by id and claiming the next job."""
     from reckon_client import Client
@@ -137,12 +123,12 @@ def http_cycles(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
         for n in clients:
             def by_id(where: str, loop_of, n=n) -> float:
                 ids = pending_jobs(count=per_worker * n, prefix=f"http{n}-{where}")
-                return _measure([loop_of(ids[i::n], f"bench-{where}-{i}") for i in range(n)], seconds)
+                return in_processes(_run, [(loop_of(ids[i::n], f"bench-{where}-{i}"), seconds) for i in range(n)], seconds)
 
             def next_job(where: str, loop_of, n=n) -> float:
                 # Every pending job is in scope: those the other runs left are taken first.
                 pending_jobs(count=per_worker * n, prefix=f"http{n}-{where}")
-                return _measure([loop_of(f"bench-{where}-{i}") for i in range(n)], seconds)
+                return in_processes(_run, [(loop_of(f"bench-{where}-{i}"), seconds) for i in range(n)], seconds)
 
             local = by_id("local", _by_id_in_process)
             http = by_id("http", lambda ids, w: _by_id_over_http(Client(url, token), ids, w))

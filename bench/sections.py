@@ -45,10 +45,16 @@ def ledger_cycles(*, workers: int, seconds: float, prefix: str) -> float:
     """claim -> begin side effect -> record success, in `workers` processes; cycles per second."""
     per_worker = int(seconds * 1500) + 50  # more jobs than a worker can finish in time
     job_ids = pending_jobs(count=per_worker * workers, prefix=prefix)
+    return in_processes(_cycle_worker, [(job_ids[i::workers], seconds) for i in range(workers)], seconds)
+
+
+def in_processes(target, arguments: list[tuple], seconds: float) -> float:
+    """Run `target(*args, queue)` in a forked process per item of `arguments`, each putting
+    (done, elapsed) on the queue; the work done per second by them all."""
     connections.close_all()
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    procs = [context.Process(target=_cycle_worker, args=(job_ids[i::workers], seconds, queue)) for i in range(workers)]
+    procs = [context.Process(target=target, args=(*args, queue)) for args in arguments]
     for proc in procs:
         proc.start()
     results = [queue.get(timeout=seconds + 120) for _ in procs]
