@@ -52,8 +52,11 @@ def test_the_reconciler_keeps_under_the_limit_and_a_429_costs_no_look(provider, 
     assert state_of("mail")["state"] == "throttled" and state_of("mail")["rate"] <= LIMIT * 1.1
     # A refused look proved nothing and did not count towards RECKON_RECONCILE_MAX_CHECKS.
     not_counted = LedgerEvent.objects.filter(job__job_id__startswith="a-", kind="reconciliation_unavailable")
-    assert not_counted.count() == refused and all(e.evidence["not_counted"] for e in not_counted)
-    assert all("429" in e.note for e in not_counted)
+    assert all(e.evidence["not_counted"] for e in not_counted)
+    # Each 429 is one such event; the others are looks the budget held back (never sent), more of
+    # them the slower the machine runs the pass.
+    assert sum("429" in e.note for e in not_counted) == refused
+    assert all("not sent" in e.note for e in not_counted if "429" not in e.note)
     assert set(Job.objects.filter(job_id__startswith="a-").values_list("check_count", flat=True)) == {0}
     # Having learned the limit, the next backlog stays under it.
     for n in range(60):
