@@ -11,7 +11,7 @@ from bench import drain, http_cycle, providers, sections
 from chaos.world import World
 
 TARGETS = {
-    "cycle_ratio_at_4": 0.2,
+    "cycle_ratio_at_4": 0.3,
     "http_ratio_at_4": 0.6,
     "e2e_ratio": 0.7,
     "reconcile_ratio": 0.8,
