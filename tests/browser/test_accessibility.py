@@ -47,8 +47,12 @@ PAGES = {
     "audit": "/audit/",
     "audit-filtered": "/audit/?job=inv-unknown&actor=worker-a&kind=observation_lost",
     "audit-bad-filter": "/audit/?since=not-a-time",
+    "search": "/search/?q=INV",
+    "search-no-match": "/search/?q=nothing-matches-this",
+    "queue-blocked": "/queue/?tab=blocked",
 }
-EMPTY_PAGES = {"overview": "/", "queue": "/queue/", "approvals": "/approvals/", "audit": "/audit/"}
+EMPTY_PAGES = {"overview": "/", "queue": "/queue/", "approvals": "/approvals/", "audit": "/audit/",
+               "search": "/search/?q=a"}
 ROLES = ["operator", "approver", "auditor", "admin_user"]
 
 
