@@ -14,18 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-import psycopg
 from django.db import connection
 from psycopg.types.json import Jsonb
 
 from ledger.models import Attempt, Job
-from ledger.services.worker import (
-    ATTEMPT_FIELDS,
-    LEASE_COLUMNS,
-    OBSERVED_IDENTITY,
-    Lease,
-    _ungated_actions,
-)
+from ledger.services.worker import LEASE_COLUMNS, Lease, _ungated_actions, attempt_from_row, fetch_step_row
 from ledger.states import JobStatus
 
 ATTEMPT_SELECT = ", ".join(f"a.{field.column}" for field in Attempt._meta.concrete_fields)
@@ -69,7 +62,7 @@ class Scope:
 def claim_in_scope(*, job_id: str, worker: str, scope: Scope) -> tuple[Lease, Job] | None:
     """claim_job's fast path on a job in `scope`: the lease, and the job as the claim left it
     (running, updated by this statement)."""
-    row = _one_row(CLAIM, {"job": job_id, "worker": worker, "ttls": _ungated_actions(),
+    row = fetch_step_row(CLAIM, {"job": job_id, "worker": worker, "ttls": _ungated_actions(),
                            "own": not connection.in_atomic_block, **scope.params()})
     if row is None:
         return None
@@ -81,28 +74,11 @@ def claim_in_scope(*, job_id: str, worker: str, scope: Scope) -> tuple[Lease, Jo
 
 
 def begin_in_scope(*, job_id: str, owner: str, token: int, scope: Scope) -> Attempt | None:
-    return _attempt(_one_row(BEGIN, {"job": job_id, "owner": owner, "token": token, "ttls": _ungated_actions(),
+    return attempt_from_row(fetch_step_row(BEGIN, {"job": job_id, "owner": owner, "token": token, "ttls": _ungated_actions(),
                                      **scope.params()}))
 
 
 def succeed_in_scope(*, job_id: str, owner: str, token: int, result_ref: str, evidence: dict | None,
                      scope: Scope) -> Attempt | None:
-    return _attempt(_one_row(SUCCEED, {"job": job_id, "owner": owner, "token": token, "result_ref": result_ref,
+    return attempt_from_row(fetch_step_row(SUCCEED, {"job": job_id, "owner": owner, "token": token, "result_ref": result_ref,
                                        "evidence": Jsonb(evidence or {}), **scope.params()}))
-
-
-def _one_row(sql: str, params: dict) -> tuple | None:
-    """Bound server-side, so psycopg prepares it after a few calls (as worker.py's steps are)."""
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-
-
-def _attempt(row: tuple | None) -> Attempt | None:
-    if row is None:
-        return None
-    attempt = Attempt.from_db(connection.alias, ATTEMPT_FIELDS, row)
-    attempt.observed_identity = OBSERVED_IDENTITY.from_db_value(attempt.observed_identity, None, connection)
-    return attempt

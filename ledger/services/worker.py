@@ -233,7 +233,11 @@ def _one_round_trip(function: str, *args) -> Attempt | None:
     (a refusal, a stale lease, an expired lease to reclaim, the gate, recovery) changes nothing
     and returns no row, and the caller goes on with the general path, which records it.
     """
-    row = _call_step(function, ATTEMPT_COLUMNS, *args)
+    return attempt_from_row(_call_step(function, ATTEMPT_COLUMNS, *args))
+
+
+def attempt_from_row(row: tuple | None) -> Attempt | None:
+    """The Attempt a step's statement returned (its columns in ATTEMPT_FIELDS order), or None."""
     if row is None:
         return None
     attempt = Attempt.from_db(connection.alias, ATTEMPT_FIELDS, row)
@@ -242,13 +246,18 @@ def _one_round_trip(function: str, *args) -> Attempt | None:
 
 
 def _call_step(function: str, columns: str, *args) -> tuple | None:
-    """SELECT columns FROM function(args), bound server-side, so psycopg prepares it after a few
-    calls on a connection (DATABASES OPTIONS prepare_threshold): no parsing or planning per call,
-    and no quoting of values in Python."""
+    """SELECT columns FROM function(args)."""
+    return fetch_step_row(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)  # nosec B608  # function and column list are module constants; arguments bound
+
+
+def fetch_step_row(sql: str, params) -> tuple | None:
+    """One row of a step's statement, bound server-side, so psycopg prepares it after a few calls
+    on a connection (DATABASES OPTIONS prepare_threshold): no parsing or planning per call, and no
+    quoting of values in Python."""
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)  # nosec B608  # function and column list are module constants; arguments bound
+        cursor.execute(sql, params)
         return cursor.fetchone()
 
 

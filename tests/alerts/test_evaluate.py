@@ -13,6 +13,7 @@ from django.db import connection
 
 from alerts.evaluate import evaluate_alerts
 from alerts.models import AlertState
+from chaos.world import wait_until
 from ledger.gate import record_pass
 from ledger.models import Job
 from reconciliation import decisions
@@ -159,7 +160,7 @@ def test_two_evaluators_at_once_send_one_message(channels, settings):
     assert channels.arrived.wait(timeout=10)  # the first is sending, its row lock held
     second = threading.Thread(target=evaluate, args=("second",))
     second.start()
-    assert _waits_on_a_lock(timeout=10)  # the second blocks on that lock
+    wait_until(_a_session_waits_on_a_lock, timeout=10, what="the second evaluator to block on the row lock")
     channels.hold.set()
     first.join(timeout=20)
     second.join(timeout=20)
@@ -177,15 +178,8 @@ def _age(job_id: str, minutes: int) -> None:
                        "WHERE job_id = (SELECT id FROM ledger_job WHERE job_id = %s)", [minutes, job_id])
 
 
-def _waits_on_a_lock(timeout: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND datname = current_database()")
-            if cursor.fetchone()[0]:
-                return True
-        time.sleep(0.05)  # polling a condition with a bound, not synchronising on time
-    return False
+def _a_session_waits_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND datname = current_database()")
+        return bool(cursor.fetchone()[0])
