@@ -24,7 +24,6 @@ executor, so reconciliation finds some confirmed and some absent (replayed), as 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import subprocess
@@ -32,7 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, timedelta
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -42,7 +41,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from bench.generate import _copy, _History, _next_ids, _states
+from bench.generate import unknown_jobs
 from chaos.world import World, wait_until
 from ledger.actions import Succeeded
 from ledger.models import Job
@@ -72,16 +71,12 @@ def backlog(world: World, *, count: int, prefix: str, held: bool = False) -> lis
 
     executors = {"billing.create_invoice": demo_actions.create_invoice, "mail.send": demo_actions.send_mail,
                  "social.publish_post": demo_actions.publish_post}
-    now = timezone.now().replace(tzinfo=UTC)
-    next_check = now + HELD if held else None
-    job_pk, attempt_pk = _next_ids("ledger_job"), _next_ids("ledger_attempt")
-    event_ids = itertools.count(_next_ids("ledger_ledgerevent"))
     jobs = []
     for n in range(count):
         action = ACTIONS[n % len(ACTIONS)]
         name = f"{prefix}-{n:07d}"
         payload, identity = _payload(action, n)
-        jobs.append(Job(pk=job_pk + n, job_id=name, tenant="bench", action=action, payload=payload,
+        jobs.append(Job(job_id=name, tenant="bench", action=action, payload=payload,
                         identity=identity, idempotency_key=f"{action}:{name}"))
 
     # The effects first, through the actions' own executors, with the provider answering at once.
@@ -96,34 +91,9 @@ def backlog(world: World, *, count: int, prefix: str, held: bool = False) -> lis
     refused = [outcome for outcome in outcomes if not isinstance(outcome, Succeeded)]
     if refused:
         raise RuntimeError(f"the sandbox refused {len(refused)} effects of the backlog: {refused[0]}")
-
-    def histories():
-        for n, job in enumerate(jobs):
-            history = _History(job.pk, now - timedelta(minutes=5), _Steady(), event_ids)
-            queued = _states("pending", 1, "queued", "not_started", "not_attempted")
-            running = _states("running", 1, "leased", "running", "not_attempted")
-            submitted = _states("running", 1, "leased", "running", "submitted")
-            unknown = ("acknowledged", "unknown", "ambiguous")
-            history.add(attempt_pk + n, "enqueued", "{}", queued, actor_type="system", actor="producer")
-            history.add(attempt_pk + n, "claimed", queued, running)
-            history.add(attempt_pk + n, "side_effect_started", running, submitted)
-            history.add(attempt_pk + n, "observation_lost", submitted, _states("needs_reconciliation", 1, *unknown),
-                        note="bench: observation lost")
-            attempt = (attempt_pk + n, job.pk, 1, *unknown, "bench-worker", 1, history.clock, history.clock, None,
-                       "", "", 4, history.clock, history.clock)
-            row = (job.pk, job.job_id, job.tenant, job.action, json.dumps(job.payload), json.dumps(job.identity),
-                   job.idempotency_key, "needs_reconciliation", 1, next_check, 0, False, history.clock, history.clock)
-            yield row, [attempt], history.rows
-
-    _copy(histories(), events=count * 4)
+    unknown_jobs([(job.job_id, job.tenant, job.action, job.payload, job.identity) for job in jobs],
+                 next_check_at=timezone.now() + HELD if held else None, note="bench: observation lost")
     return [job.job_id for job in jobs]
-
-
-class _Steady:
-    """The history clock's random source: every step the same (the generator's is seeded random)."""
-
-    def random(self) -> float:
-        return 0.0
 
 
 def release(prefix: str) -> None:

@@ -261,6 +261,44 @@ def _states(job_status, number, delivery, execution, side_effect) -> str:
     return jsonb_text(states(job_status, number, delivery, execution, side_effect))
 
 
+class _Steady:
+    """A history clock's random source that advances every step alike."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+def unknown_jobs(jobs: list[tuple[str, str, str, dict, dict]], *, next_check_at: datetime | None = None,
+                 note: str = "read timeout after 10 s") -> None:
+    """COPY in one job per (job_id, tenant, action, payload, identity) whose only attempt began its
+    side effect and lost sight of it (enqueued, claimed, side effect started, observation lost,
+    hash-chained), all waiting for reconciliation: due at `next_check_at`, or now."""
+    now = timezone.now().replace(tzinfo=UTC)
+    job_pk, attempt_pk = _next_ids("ledger_job"), _next_ids("ledger_attempt")
+    event_ids = itertools.count(_next_ids("ledger_ledgerevent"))
+    queued = _states("pending", 1, "queued", "not_started", "not_attempted")
+    running = _states("running", 1, "leased", "running", "not_attempted")
+    submitted = _states("running", 1, "leased", "running", "submitted")
+    final = ("acknowledged", "unknown", "ambiguous")
+    unknown = _states("needs_reconciliation", 1, *final)
+
+    def histories():
+        for n, (job_id, tenant, action, payload, identity) in enumerate(jobs):
+            created = now - timedelta(minutes=5)
+            history = _History(job_pk + n, created, _Steady(), event_ids)
+            history.add(attempt_pk + n, "enqueued", "{}", queued, actor_type="system", actor="producer")
+            history.add(attempt_pk + n, "claimed", queued, running)
+            history.add(attempt_pk + n, "side_effect_started", running, submitted)
+            history.add(attempt_pk + n, "observation_lost", submitted, unknown, note=note)
+            job = (job_pk + n, job_id, tenant, action, jsonb_text(payload), jsonb_text(identity),
+                   f"{action}:{job_id}", "needs_reconciliation", 1, next_check_at, 0, False, created, history.clock)
+            attempt = (attempt_pk + n, job_pk + n, 1, *final, "bench-worker", 1, history.clock, history.clock, None,
+                       "", "", 4, created, history.clock)
+            yield job, [attempt], history.rows
+
+    _copy(histories(), events=len(jobs) * 4)
+
+
 @dataclass
 class Generated:
     jobs: int = 0

@@ -8,16 +8,12 @@ job, every second used to the limit) and by the share of requests answered 429.
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
-import random
 import time
-from datetime import UTC, timedelta
 
 from django.db import connections
-from django.utils import timezone
 
-from bench.generate import _copy, _History, _next_ids, _states, jsonb_text
+from bench.generate import unknown_jobs
 from chaos.world import World, wait_until
 from ledger.budget import BUDGET
 from ledger.models import Job
@@ -26,37 +22,11 @@ PREFIX = "/messages"  # mail.send's lookups: GET /messages?marker=
 
 
 def unknown_backlog(*, count: int, prefix: str, action: str = "mail.send") -> list[str]:
-    """`count` mail jobs whose only attempt sent its side effect and lost sight of it (COPY-written,
-    hash-chained like bench.generate's history), all due for reconciliation now. Nothing is at
-    the provider, so each lookup proves the mail was never sent."""
-    rng = random.Random(7)  # nosec B311  # reproducible synthetic history, not security
-    now = timezone.now().replace(tzinfo=UTC)
-    job_id, attempt_id = _next_ids("ledger_job"), _next_ids("ledger_attempt")
-    event_ids = itertools.count(_next_ids("ledger_ledgerevent"))
+    """`count` mail jobs whose only attempt sent its side effect and lost sight of it, all due for
+    reconciliation now. Nothing is at the provider, so each lookup proves the mail was never sent."""
     names = [f"{prefix}-{n:07d}" for n in range(count)]
-    queued = _states("pending", 1, "queued", "not_started", "not_attempted")
-    running = _states("running", 1, "leased", "running", "not_attempted")
-    submitted = _states("running", 1, "leased", "running", "submitted")
-    final = ("acknowledged", "unknown", "ambiguous")
-    unknown = _states("needs_reconciliation", 1, *final)
-
-    def histories():
-        for n, name in enumerate(names):
-            job_pk, attempt_pk = job_id + n, attempt_id + n
-            created = now - timedelta(seconds=30)
-            history = _History(job_pk, created, rng, event_ids)
-            history.add(attempt_pk, "enqueued", "{}", queued, actor_type="system", actor="producer")
-            history.add(attempt_pk, "claimed", queued, running)
-            history.add(attempt_pk, "side_effect_started", running, submitted)
-            history.add(attempt_pk, "observation_lost", submitted, unknown, note="read timeout after 10 s")
-            payload = jsonb_text({"to": "a@bench.example", "subject": "s", "body": str(n)})
-            job = (job_pk, name, "bench", action, payload, "{}", f"{action}:{name}", "needs_reconciliation", 1,
-                   None, 0, False, created, history.clock)
-            attempt = (attempt_pk, job_pk, 1, *final, "gen-worker-1", 1, history.clock, history.clock, None, "", "",
-                       4, created, history.clock)
-            yield job, [attempt], history.rows
-
-    _copy(histories(), events=count * 4)
+    unknown_jobs([(name, "bench", action, {"to": "a@bench.example", "subject": "s", "body": str(n)}, {})
+                  for n, name in enumerate(names)])
     return names
 
 
