@@ -31,6 +31,7 @@ from api.http import (
 )
 from api.models import ALL
 from api.schemas import (
+    BeginRequest,
     ClaimNextRequest,
     ClaimRequest,
     EnqueueRequest,
@@ -180,6 +181,7 @@ def attempt_json(attempt: models.Attempt) -> dict:
         "lease_expires_at": attempt.lease_expires_at,
         "heartbeat_at": attempt.heartbeat_at,
         "observed_identity": attempt.observed_identity,
+        "sent_to": attempt.sent_to,
         "result_ref": attempt.result_ref,
         "error": attempt.error,
         "version": attempt.version,
@@ -433,12 +435,13 @@ def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
         links={200: BEGUN_LINKS},
     ),
 )
-def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
+def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
     begun = scoped.begin_in_scope(job_id=job_id, owner=body.owner, token=body.fencing_token,
-                                  scope=_scope(request))
+                                  sent_to=body.sent_to, scope=_scope(request))
     if begun is not None:
         return _result(job_id, begun)
-    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body)))
+    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body),
+                                                      sent_to=body.sent_to))
 
 
 @api.post(

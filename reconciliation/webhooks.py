@@ -10,7 +10,9 @@ rotation). A receiver checks it with the Python client's `verify_webhook`, which
 older than five minutes (examples/webhook_receiver.py is a complete receiver).
 
 The answer must be a JSON object `{outcome: confirmed|not_found|conflict, evidence, reason,
-result_ref}`. Anything else — a timeout, a 5xx, invalid JSON, an unknown outcome, and (as for
+result_ref, asked}`; `asked` (optional) names the provider the receiver looked at, in the terms of
+the attempt's `sent_to` (where the worker sent the effect): when they differ, the answer decides
+nothing alone (reconciliation.lookups.where_it_was_sent). Anything else — a timeout, a 5xx, invalid JSON, an unknown outcome, and (as for
 every reconciler) `not_found` without a reason — proves nothing: `unavailable`, with the usual
 back-off. The check row records the request and the answer.
 """
@@ -47,7 +49,7 @@ def request_body(job: Job, attempt: Attempt) -> dict:
         "marker": job.idempotency_key,
         "payload": job.payload,
         "attempt": {"number": attempt.number, **attempt.states, "error": attempt.error,
-                    "result_ref": attempt.result_ref},
+                    "result_ref": attempt.result_ref, "sent_to": attempt.sent_to},
         "evidence_so_far": {"provider_answers": getattr(attempt, REPORTED, None) or []},
     }
 
@@ -82,9 +84,10 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
         return _unavailable(f"webhook answered an unknown outcome {outcome!r:.80} "
                             f"(expected one of {', '.join(ANSWERS)})", record)
     reason, evidence, result_ref = answer.get("reason", ""), answer.get("evidence", {}), answer.get("result_ref", "")
-    if not isinstance(reason, str) or not isinstance(result_ref, str) or not isinstance(evidence, dict):
-        return _unavailable("webhook answer: reason and result_ref must be strings, evidence an object", record)
-    return Finding(answer["outcome"], reason, {**evidence, "webhook": record}, result_ref=result_ref)
+    asked = answer.get("asked", "")
+    if not all(isinstance(text, str) for text in (reason, result_ref, asked)) or not isinstance(evidence, dict):
+        return _unavailable("webhook answer: reason, result_ref and asked must be strings, evidence an object", record)
+    return Finding(answer["outcome"], reason, {**evidence, "webhook": record}, result_ref=result_ref, asked=asked)
 
 
 def _unavailable(reason: str, record: dict, retry_in: float | None = None) -> Finding:

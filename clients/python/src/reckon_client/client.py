@@ -211,9 +211,13 @@ class Lease:
     def verify_identity(self, observed: JsonObject) -> JsonObject:
         return self._write("identity", observed=observed)
 
-    def begin(self) -> JsonObject:
-        """Mark the side effect submitted: only after this may you touch the outside world."""
-        answer = self._write("begin")
+    def begin(self, sent_to: str = "") -> JsonObject:
+        """Mark the side effect submitted: only after this may you touch the outside world.
+
+        `sent_to`: where the effect is going (your provider's endpoint or account as this worker is
+        configured, e.g. "https://billing.example/acct_123"), so that a reconciler asking another
+        provider says it cannot tell instead of "not found"."""
+        answer = self._write("begin", **({"sent_to": sent_to} if sent_to else {}))
         self.begun = True
         return answer
 
