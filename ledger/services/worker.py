@@ -18,7 +18,7 @@ from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
-from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, LedgerError, StaleLease
+from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, InvalidJob, LedgerError, StaleLease
 from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
@@ -233,8 +233,8 @@ def recorded_sent_to(endpoint: str | None) -> str:
     """`endpoint` as the attempt keeps it (ledger.endpoints.recorded); a bad one is refused."""
     try:
         return endpoints.recorded(endpoint)
-    except endpoints.BadEndpoint as exc:
-        raise LedgerError(str(exc)) from None
+    except endpoints.BadEndpoint as exc:  # bad input: refused before anything is written
+        raise InvalidJob(str(exc)) from None
 
 
 def _one_round_trip(function: str, *args) -> Attempt | None:
