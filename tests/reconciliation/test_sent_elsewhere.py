@@ -154,3 +154,70 @@ def test_mail_a_bench_sent_through_its_own_smtp_server_is_never_resent_through_t
             assert Job.objects.get(job_id=job_id).attempts.count() == 1
     assert stack.messages() == []
     assert_ledger_clean()
+
+
+# -- a webhook reconciler: told where the effect was sent, it may say where it asked ---------------
+
+
+@pytest.fixture
+def webhook(monkeypatch, tmp_path, provider):
+    """A receiver (a real HTTP server in a thread) that answers what `answer` says, and an action
+    reconciled by it."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ledger.declarations import load_actions_file
+
+    state = {"questions": [], "answer": {}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            state["questions"].append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            data = json.dumps(state["answer"]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEST_SENT_TO_WEBHOOK_SECRET", "s" * 40)
+    path = tmp_path / "actions.toml"
+    path.write_text(f"""
+[actions."hook.sent_to"]
+executor = "external"
+reversible = true
+queryable = true
+reconciler = "webhook"
+webhook_url = "http://127.0.0.1:{server.server_port}/reckon"
+webhook_secrets = ["TEST_SENT_TO_WEBHOOK_SECRET"]
+webhook_timeout = 2
+""")
+    load_actions_file(path, required=True)
+    yield state
+    server.shutdown()
+    server.server_close()
+    _registry.pop("hook.sent_to")
+
+
+def test_a_webhook_is_told_where_the_effect_was_sent_and_its_absence_elsewhere_proves_nothing(webhook):
+    webhook["answer"] = {"outcome": "not_found", "reason": "no charge with this key",
+                         "asked": "https://api.stripe.example/acct_prod"}
+    job = unknown_job("hook-1", "hook.sent_to", INVOICE, sent_to="https://api.stripe.example/acct_staging")
+    decision = reconcile_job(job_id="hook-1")
+    [question] = webhook["questions"]
+    assert question["attempt"]["sent_to"] == "https://api.stripe.example/acct_staging"
+    assert decision.outcome == "unavailable"
+    check = ReconciliationCheck.objects.get(job=job)
+    assert check.asked == "https://api.stripe.example/acct_prod"
+    assert check.error.startswith("asked https://api.stripe.example/acct_prod but the effect was sent to "
+                                  "https://api.stripe.example/acct_staging")
+    assert job.attempts.count() == 1
+
+    webhook["answer"]["asked"] = "https://api.stripe.example/acct_staging"  # the receiver looked in the right place
+    job = unknown_job("hook-2", "hook.sent_to", INVOICE, sent_to="https://api.stripe.example/acct_staging")
+    assert reconcile_job(job_id="hook-2").applied == "replayed"
