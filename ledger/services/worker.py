@@ -18,7 +18,14 @@ from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job
-from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, InvalidJob, LedgerError, StaleLease
+from ledger.services.errors import (
+    ClaimRefused,
+    GateClosed,
+    IdentityMismatch,
+    InvalidJob,
+    LedgerError,
+    StaleLease,
+)
 from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
