@@ -32,13 +32,9 @@ def recorded(endpoint: str | None) -> str:
     endpoint = endpoint.strip()
     if any(ord(c) < 32 or ord(c) == 127 for c in endpoint):
         raise BadEndpoint("sent_to must be one line of printable text")
-    parts = _url(endpoint)
-    if parts is not None:
-        host = parts.hostname or ""
-        if ":" in host:  # an IPv6 address goes back into brackets
-            host = f"[{host}]"
-        netloc = host + (f":{parts.port}" if parts.port is not None else "")
-        endpoint = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    parts = urlsplit(endpoint)
+    if parts.scheme and parts.netloc:  # a URL: without credentials, query or fragment
+        endpoint = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
     if len(endpoint) > MAX_LENGTH:
         raise BadEndpoint(f"sent_to is {len(endpoint)} characters; at most {MAX_LENGTH}")
     return endpoint
@@ -52,27 +48,15 @@ def same(one: str, other: str) -> bool:
 
 
 def _canonical(endpoint: str) -> tuple:
+    parts = urlsplit(endpoint.strip())
     try:
-        parts = _url(endpoint.strip())
-    except BadEndpoint:
+        port = parts.port
+    except ValueError:  # not a number: not a URL we can compare by its parts
         parts = None
-    if parts is None:
+    if parts is None or not parts.scheme or not parts.netloc:
         return ("", endpoint.strip().lower())
     scheme = parts.scheme.lower()
-    port = parts.port or DEFAULT_PORTS.get(scheme)
-    return (scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/"))
-
-
-def _url(endpoint: str):
-    """The parts of `endpoint` when it is a URL with a host; None otherwise."""
-    parts = urlsplit(endpoint)
-    if not parts.scheme or not parts.netloc:
-        return None
-    try:
-        parts.port  # noqa: B018 - raises for a port that is not a number
-    except ValueError as exc:
-        raise BadEndpoint(f"sent_to {endpoint!r}: {exc}") from exc
-    return parts
+    return (scheme, (parts.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme), parts.path.rstrip("/"))
 
 
 def mismatch(*, asked: str, sent_to: str) -> str:

@@ -37,7 +37,7 @@ def test_begin_without_it_records_nothing_as_before(api):
         "idempotency_key": "reckon.echo:sx-3"}
 
 
-@pytest.mark.parametrize("bad", ["smtp://mail:port", "two\nlines", "x" * 501, 42])
+@pytest.mark.parametrize("bad", ["two\nlines", "x" * 501, 42])
 def test_a_bad_sent_to_is_a_clear_400_and_nothing_begins(api, bad):
     make_job("sx-4")
     claimed = api.post("/api/v1/jobs/sx-4/claim", {"worker": "w"}).json

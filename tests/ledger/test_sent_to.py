@@ -15,6 +15,7 @@ pytestmark = pytest.mark.django_db
     ("https://key:secret@billing.example/v1?api_key=s3cret#x", "https://billing.example/v1"),
     ("smtp://[::1]:25", "smtp://[::1]:25"),
     ("acct_123@stripe", "acct_123@stripe"),
+    ("smtp://u@mail:port/x", "smtp://mail:port/x"),  # not a port: kept as written, still without credentials
     (None, ""),
 ])
 def test_what_is_kept_of_an_endpoint_never_holds_credentials(given, kept):
@@ -56,7 +57,7 @@ def test_begin_records_where_the_effect_goes_on_the_attempt_and_in_its_event():
     assert started.evidence == {"idempotency_key": "reckon.echo:st-1", "sent_to": "https://billing.example/acct_9"}
 
 
-@pytest.mark.parametrize("bad", ["smtp://mail:port", "https://a.example/\nX: y", "x" * 501])
+@pytest.mark.parametrize("bad", ["https://a.example/\nX: y", "tab\there", "x" * 501, 42])
 def test_a_bad_endpoint_is_refused_and_the_ledger_is_untouched(bad):
     make_job("st-2")
     lease = services.claim_job(job_id="st-2", worker="w1")
