@@ -29,6 +29,7 @@ from reckon_client.webhooks import (
     sign_webhook,
     verify_webhook,
 )
+from reckon_client.webhooks import QuestionLog as QuestionLog, sign_answer as sign_answer, verify_answer as verify_answer
 
 __all__ = [
     "WEBHOOK_SIGNATURE_HEADER",
