@@ -56,7 +56,10 @@ def look_up(question: dict) -> tuple[int, dict]:
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isascii() or not length.isdigit() or int(length) > 1024 * 1024:
+            return self._answer(400, {"error": "a Content-Length of at most 1 MiB is required"})
+        body = self.rfile.read(int(length))
         try:
             question = verify_webhook(body, self.headers.get(WEBHOOK_SIGNATURE_HEADER), SECRETS, seen=SEEN)
         except WebhookSignatureError as refused:
