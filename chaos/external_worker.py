@@ -98,26 +98,29 @@ def create_charge(lease: Lease, provider_url: str, timeout: float) -> str:
     - 409 "in progress" on a first request, any other 5xx -> unknown for the same reason."""
     parts = urlsplit(provider_url)
 
-    def connect() -> http.client.HTTPConnection | None:
+    def connect() -> http.client.HTTPConnection | str:
+        """A connection, or why there is none (then nothing left this process)."""
         connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         try:
             connection.connect()
-        except OSError as exc:  # nothing left this process
+        except OSError as exc:
             connection.close()
-            lease.failed(f"payments provider unreachable: {exc}", retryable=True, evidence={"sent": False})
-            return None
+            return f"{type(exc).__name__}: {exc}"
         return connection
 
-    if (connection := connect()) is None:
+    connection = connect()
+    if isinstance(connection, str):
+        lease.failed(f"payments provider unreachable: {connection}", retryable=True, evidence={"sent": False})
         return "failed (unreachable)"
     dropped = ""
     try:
         status, answer = _post_charge(connection, lease)
     except NoAnswer as lost:
         dropped = str(lost)
-        if (connection := connect()) is None:  # nothing was resent; the first request may have landed
-            lease.unknown(f"the charge request was dropped ({dropped}) and the provider is now unreachable",
-                          evidence={"dropped": dropped})
+        connection = connect()
+        if isinstance(connection, str):  # nothing was resent, but the first request may have landed
+            lease.unknown(f"the charge request was dropped ({dropped}) and the provider is now unreachable "
+                          f"({connection})", evidence={"dropped": dropped})
             return "unknown (dropped)"
         status, answer = _post_charge(connection, lease)  # a second NoAnswer: unknown, in main
     evidence = {"provider_status": status, "provider_answer": answer, "after_drop": bool(dropped)}

@@ -103,6 +103,13 @@ def test_a_503_that_did_nothing_is_a_retryable_failure_and_a_400_a_final_one(lea
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_refused_connection_sent_nothing_and_is_a_retryable_failure(lease_of, sandbox):
+    nobody = f"http://127.0.0.1:{free_port()}"
+    assert create_charge(lease_of("c-refused"), nobody, timeout=3) == "failed (unreachable)"
+    assert Job.objects.get(job_id="c-refused").status == JobStatus.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_answered_charge_succeeds_with_its_id(lease_of, sandbox):
     assert create_charge(lease_of("c-ok"), sandbox.url, timeout=3) == "succeeded"
     job = Job.objects.get(job_id="c-ok")
