@@ -384,8 +384,9 @@ class ProviderInProgress409(Scenario):
 
         live = [start(slot, 0) for slot in range(self.workers)]
         kills, started = 0, time.monotonic()
+        bound = self.recover_timeout + self.jobs  # a second a job for the work itself, then recovery's bound
         try:
-            while not _finished(job_ids) and time.monotonic() - started < self.recover_timeout:
+            while not _finished(job_ids) and time.monotonic() - started < bound:
                 try:  # the next kill comes 1-3 s from now, unless the work is done first
                     wait_until(lambda: _finished(job_ids), timeout=rng.uniform(1, 3), interval=0.1,
                                what="the charges to settle")
