@@ -434,7 +434,9 @@ class Store:
         if marker is not None:
             where.append("marker = ?")
             args.append(marker)
-        sql = "SELECT * FROM charges" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = "SELECT * FROM charges"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         with self.reading() as conn:
             rows = conn.execute(sql + " ORDER BY seq", args).fetchall()
             state = None
