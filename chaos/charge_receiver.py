@@ -27,7 +27,13 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
 
-from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, verify_webhook
+from reckon_client import (
+    WEBHOOK_SIGNATURE_HEADER,
+    QuestionLog,
+    WebhookSignatureError,
+    sign_answer,
+    verify_webhook,
+)
 
 
 def look_up(provider: str, question: dict) -> tuple[int, dict]:
@@ -59,22 +65,23 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
-            verify_webhook(body, self.headers.get(WEBHOOK_SIGNATURE_HEADER, ""), self.server.secrets)
+            question = verify_webhook(body, self.headers.get(WEBHOOK_SIGNATURE_HEADER, ""), self.server.secrets,
+                                      seen=self.server.seen)
+            question["idempotency_key"]
         except WebhookSignatureError as refused:
             return self._answer(401, {"error": str(refused)})
-        try:
-            question = json.loads(body)
-            question["idempotency_key"]
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             return self._answer(400, {"error": "the question must be Reckon's JSON with an idempotency_key"})
         status, answer = look_up(self.server.provider, question)
         print(f"{question.get('job_id')}: {answer.get('outcome', status)}", flush=True)
-        return self._answer(status, answer)
+        return self._answer(status, answer, question_id=question.get("question_id"))
 
-    def _answer(self, status: int, body: dict) -> None:
+    def _answer(self, status: int, body: dict, question_id: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if question_id:  # the exact bytes sent, signed for the question asked
+            self.send_header(WEBHOOK_SIGNATURE_HEADER, sign_answer(data, question_id, self.server.secrets))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not secrets:
         parser.error("set RECKON_WEBHOOK_SECRET (the secret the action's webhook_secrets names)")
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.secrets, server.provider = secrets, args.provider.rstrip("/")
+    server.secrets, server.provider, server.seen = secrets, args.provider.rstrip("/"), QuestionLog()
     print(f"payments webhook reconciler on http://127.0.0.1:{args.port}/, asking {server.provider}", flush=True)
     server.serve_forever()
     return 0

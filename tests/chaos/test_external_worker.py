@@ -8,9 +8,10 @@ import json
 import sys
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
-from reckon_client import Client, sign_webhook
+from reckon_client import Client, sign_webhook, verify_answer
 
 from api.tokens import worker_token_create
 from chaos.external_worker import create_charge
@@ -143,12 +144,16 @@ def _health(url: str) -> bool:
 
 
 def ask(url: str, key: str, secret: str = SECRET) -> tuple[int, dict]:
-    body = json.dumps({"job_id": key, "idempotency_key": key, "marker": key}).encode()
+    """Ask the receiver as Reckon does; a 200 answer must be signed for this question."""
+    question_id = f"q_{uuid.uuid4().hex}"
+    body = json.dumps({"job_id": key, "idempotency_key": key, "marker": key, "question_id": question_id}).encode()
     request = urllib.request.Request(url + "/reckon", data=body, method="POST", headers={
         "Content-Type": "application/json", "Reckon-Signature": sign_webhook(body, [secret])})
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.load(answer)
+            data = answer.read()
+            verify_answer(data, answer.headers.get("Reckon-Signature"), question_id, [SECRET])
+            return answer.status, json.loads(data)
     except urllib.error.HTTPError as refused:
         return refused.code, json.load(refused)
 
