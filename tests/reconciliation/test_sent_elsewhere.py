@@ -167,15 +167,21 @@ def webhook(monkeypatch, tmp_path, provider):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_answer
+
     from ledger.declarations import load_actions_file
+
+    SECRET = "s" * 40  # noqa: N806 - a constant of this fixture
 
     state = {"questions": [], "answer": {}}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
-            state["questions"].append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            question = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state["questions"].append(question)
             data = json.dumps(state["answer"]).encode()
             self.send_response(200)
+            self.send_header(WEBHOOK_SIGNATURE_HEADER, sign_answer(data, question["question_id"], [SECRET]))
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -185,7 +191,7 @@ def webhook(monkeypatch, tmp_path, provider):
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("TEST_SENT_TO_WEBHOOK_SECRET", "s" * 40)
+    monkeypatch.setenv("TEST_SENT_TO_WEBHOOK_SECRET", SECRET)
     path = tmp_path / "actions.toml"
     path.write_text(f"""
 [actions."hook.sent_to"]

@@ -15,7 +15,8 @@
             lease.begin()                   # only now may you touch the outside world
             lease.succeeded(send(lease.payload, key=lease.idempotency_key))
 
-A webhook reconciler checks that a request comes from Reckon with `verify_webhook` (webhooks.py).
+A webhook reconciler checks that a question comes from Reckon with `verify_webhook` and signs its
+answer with `sign_answer` (webhooks.py).
 
 An exception inside a block records what can honestly be said: `unknown` once the side effect
 has begun (the call may have happened), a retryable failure before that.
@@ -25,8 +26,11 @@ from reckon_client.client import Client, Deferred, Lease, ReckonError
 from reckon_client.transport import ReckonUnavailable
 from reckon_client.webhooks import (
     WEBHOOK_SIGNATURE_HEADER,
+    QuestionLog,
     WebhookSignatureError,
+    sign_answer,
     sign_webhook,
+    verify_answer,
     verify_webhook,
 )
 
@@ -38,6 +42,9 @@ __all__ = [
     "ReckonError",
     "ReckonUnavailable",
     "WebhookSignatureError",
+    "QuestionLog",
+    "sign_answer",
     "sign_webhook",
+    "verify_answer",
     "verify_webhook",
 ]
