@@ -235,3 +235,7 @@ def test_it_shows_where_the_effect_was_sent_and_where_reconciliation_asked(clien
     assert f"data-asked>asked <code>{provider.url}</code>" in html
     assert (f"asked {provider.url} but the effect was sent to https://billing.staging.example/acct_123"
             in html)
+    queue = client.get("/queue/?tab=reconciling").content.decode()
+    assert (f"the reconciler asked {provider.url} but the effect was sent to "
+            "https://billing.staging.example/acct_123, so it cannot tell" in queue)
+    assert "point the reconciler at that provider" in queue
