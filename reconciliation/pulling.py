@@ -31,7 +31,7 @@ from ledger.services import (
 )
 from ledger.states import ActorType, EventKind
 from reconciliation.applying import Decision, apply_looks, waiting
-from reconciliation.lookups import Finding, Look
+from reconciliation.lookups import Finding, Look, where_it_was_sent
 from reconciliation.models import CheckOutcome
 from reconciliation.reconcilers import REPORTED, prefetch_reported
 
@@ -76,14 +76,15 @@ def claim_reconciliation(*, allows, actions=None, tenants=None) -> Claimed | Non
 
 
 def answer_reconciliation(*, token: str, agent: str, outcome: str, reason: str = "", evidence: dict | None = None,
-                          result_ref: str = "") -> Decision:
+                          result_ref: str = "", asked: str = "") -> Decision:
     """Apply an agent's answer under the lease `token` names, or refuse it (recorded) if that lease
-    moved on. `not_found` without a reason proves nothing, as from any reconciler."""
+    moved on. `not_found` without a reason proves nothing, as from any reconciler, and neither does
+    one from another provider than the attempt's effect went to (`asked`, when the agent says)."""
     job_pk, attempt_pk, version, mark = _parse(token)
-    finding = Finding(outcome, reason, {**(evidence or {}), "agent": agent}, result_ref=result_ref)
+    finding = Finding(outcome, reason, {**(evidence or {}), "agent": agent}, result_ref=result_ref, asked=asked)
     if outcome == CheckOutcome.NOT_FOUND and not reason.strip():
         finding = Finding(CheckOutcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
-                          finding.evidence)
+                          finding.evidence, asked=asked)
     refused = ""
     with transaction.atomic():
         job_id = Job.objects.filter(pk=job_pk).values_list("job_id", flat=True).first()
@@ -100,6 +101,7 @@ def answer_reconciliation(*, token: str, agent: str, outcome: str, reason: str =
                            kind=EventKind.RECONCILIATION_ANSWER_REFUSED, note=refused,
                            evidence={"outcome": outcome, "reason": reason, "evidence": evidence or {}})
         else:
+            finding = where_it_was_sent(attempt, finding)
             [decision] = apply_looks([Look(job, attempt, f"external agent {agent}"[:200], finding)])
     if refused:
         raise AnswerRefused(refused)

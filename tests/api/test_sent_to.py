@@ -46,3 +46,30 @@ def test_a_bad_sent_to_is_a_clear_400_and_nothing_begins(api, bad):
     assert "sent_to" in str(refused.json)
     assert latest_attempt("sx-4").side_effect_state == "not_attempted"
     assert event_kinds("sx-4") == ["enqueued", "claimed"]
+
+
+def test_a_pull_agent_sees_where_the_effect_went_and_its_absence_elsewhere_proves_nothing(api, tmp_path):
+    from ledger.actions import _registry
+    from ledger.declarations import load_actions_file
+    from reconciliation.models import ReconciliationCheck
+    from tests.reconciliation.helpers import unknown_job
+
+    path = tmp_path / "actions.toml"
+    path.write_text('[actions."pull.sent_to"]\nexecutor = "external"\nreversible = true\nqueryable = true\n'
+                    'reconciler = "external"\n')
+    load_actions_file(path, required=True)
+    try:
+        job = unknown_job("sx-5", "pull.sent_to", {"n": 1}, sent_to="https://billing.example/acct_staging")
+        claimed = api.post("/api/v1/reconciliations/claim", {"agent": "agent-1"}).json
+        assert claimed["attempt"]["sent_to"] == "https://billing.example/acct_staging"
+        answered = api.post(f"/api/v1/reconciliations/{claimed['reconciliation_id']}/outcome", {
+            "agent": "agent-1", "outcome": "not_found", "reason": "no charge with this key",
+            "asked": "https://billing.example/acct_prod"})
+        assert answered.status == 200 and answered.json["outcome"] == "unavailable", answered.json
+        check = ReconciliationCheck.objects.get(job=job)
+        assert check.asked == "https://billing.example/acct_prod"
+        assert check.error.startswith("asked https://billing.example/acct_prod but the effect was sent to "
+                                      "https://billing.example/acct_staging")
+        assert job.attempts.count() == 1 and latest_attempt("sx-5").execution_state == "unknown"
+    finally:
+        _registry.pop("pull.sent_to")
