@@ -1,0 +1,151 @@
+"""The client never succeeds by accident: a redirect or an answer that is not Reckon's API raises
+UnexpectedAnswer naming the URL and status, and waiting for work waits, with a handful of requests
+and the server's reason when nothing came."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from reckon_client import Client, UnexpectedAnswer
+
+from ledger.actions import _registry
+from ledger.declarations import load_actions_file
+from ledger.models import Job
+from tests.api.conftest import issue
+from tests.conftest import make_job
+from tests.processes import WebServer, database_url_of_tests, production_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def counting(client: Client) -> list[str]:
+    """The requests `client` sends from now on, as "METHOD path" (each still goes to the server)."""
+    sent: list[str] = []
+    send = client._transport.send
+
+    def counted(method, path, *args, **kwargs):
+        sent.append(f"{method} {path}")
+        return send(method, path, *args, **kwargs)
+
+    client._transport.send = counted
+    return sent
+
+
+def test_a_redirect_to_https_raises_and_creates_nothing(external_actions):
+    """Debug off with RECKON_SSL_REDIRECT on, over plain HTTP: every API call answers 301."""
+    env = production_env(DATABASE_URL=database_url_of_tests(), RECKON_ACTIONS_FILE=str(external_actions),
+                         RECKON_SSL_REDIRECT="true")
+    with WebServer(env=env, log_name="redirecting-gunicorn", inherit_env=False) as server:
+        client = Client(server.url, issue(["acme"], ["ext.alpha"], name="redirected"))
+        sent = counting(client)
+        with pytest.raises(UnexpectedAnswer) as redirected:
+            client.enqueue("never", tenant="acme", action="ext.alpha", payload={})
+        assert redirected.value.status == 301
+        assert redirected.value.location == f"https://127.0.0.1:{server.port}/api/v1/jobs"
+        assert str(redirected.value).startswith(f"POST {server.url}/api/v1/jobs answered 301 to https://")
+        assert not Job.objects.filter(job_id="never").exists()
+
+        started = time.monotonic()
+        with pytest.raises(UnexpectedAnswer, match="answered 301"):
+            client.next_lease("w", wait_seconds=3)
+        assert time.monotonic() - started < 2 and len(sent) == 2  # one enqueue, one claim: no loop
+
+
+def test_an_html_answer_is_not_taken_for_reckons(api_server):
+    """A base URL that points at the wrong path gets Django's HTML 404, not the API's JSON."""
+    client = Client(api_server.url + "/console", issue(["acme"], ["ext.alpha"], name="lost"))
+    with pytest.raises(UnexpectedAnswer) as lost:
+        client.job("anything")
+    assert lost.value.status == 404 and lost.value.content_type.startswith("text/html")
+    assert f"GET {api_server.url}/console/api/v1/jobs/anything answered 404" in str(lost.value)
+
+
+def test_next_lease_waits_as_asked_with_one_request(api_server):
+    client = Client(api_server.url, issue(["acme"], ["ext.alpha"], name="patient"))
+    sent = counting(client)
+    started = time.monotonic()
+    assert client.next_lease("w", actions=["ext.alpha"], wait_seconds=3) is None
+    waited = time.monotonic() - started
+    assert 2.9 <= waited < 4.5, waited
+    assert sent == ["POST /claims"]  # the server held the wait
+    nothing = client.nothing_claimed
+    assert (nothing.reason, nothing.requests, nothing.retry_after) == ("no_work", 1, None)
+
+    make_job("patient-1", action="ext.alpha", tenant="acme")
+    assert client.next_lease("w", actions=["ext.alpha"], wait_seconds=3).job_id == "patient-1"
+    assert client.nothing_claimed is None
+
+
+class AnswersAtOnce(BaseHTTPRequestHandler):
+    """Something between the worker and Reckon that answers every claim at once with an empty 204
+    and no Retry-After (an old server, a proxy that cuts long requests)."""
+
+    claims: list[float] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        AnswersAtOnce.claims.append(time.monotonic())
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_next_lease_backs_off_when_the_server_answers_at_once():
+    AnswersAtOnce.claims = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AnswersAtOnce)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_port}", "rk_unused")
+        started = time.monotonic()
+        assert client.next_lease("w", wait_seconds=3) is None
+        waited = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 2.9 <= waited < 3.5, waited
+    assert 2 <= len(AnswersAtOnce.claims) <= 6, len(AnswersAtOnce.claims)  # 0.25, 0.5, 1, 2 s apart
+    assert client.nothing_claimed.requests == len(AnswersAtOnce.claims)
+
+
+IRREVERSIBLE = """
+[actions."ext.charge"]
+executor = "external"
+reversible = false
+"""
+
+
+@pytest.fixture
+def gated_server(tmp_path, django_db_setup):
+    """A server whose dead-man gate is on (no sweeper or reconciler has ever completed a pass)."""
+    path = tmp_path / "actions.toml"
+    path.write_text(IRREVERSIBLE)
+    declared = load_actions_file(path, required=True)
+    env = {"DATABASE_URL": database_url_of_tests(), "RECKON_ACTIONS_FILE": str(path), "RECKON_GATE_BOUND_S": "60",
+           "RECKON_CLAIM_POLL_S": "2"}
+    try:
+        with WebServer(env=env, log_name="gated-gunicorn") as server:
+            yield server
+    finally:
+        for action in declared:
+            _registry.pop(action.name, None)
+
+
+def test_a_claim_the_gate_leaves_empty_says_why_and_when_to_ask_again(gated_server):
+    make_job("charge-1", action="ext.charge", tenant="acme")
+    client = Client(gated_server.url, issue(["acme"], ["ext.charge"], name="charger"))
+    assert client.next_lease("w", actions=["ext.charge"], wait_seconds=1) is None
+    nothing = client.nothing_claimed
+    assert nothing.reason == "dead_man_gate" and nothing.retry_after == 2
+    assert "the sweeper has not completed a pass yet" in nothing.message
+    assert Job.objects.get(job_id="charge-1").status == "pending"  # held, not lost
+
+    # Nothing held in another scope: an ordinary empty answer.
+    other = Client(gated_server.url, issue(["beta"], ["ext.charge"], name="beta"))
+    assert other.next_lease("w", actions=["ext.charge"], wait_seconds=0) is None
+    assert other.nothing_claimed.reason == "no_work"
