@@ -181,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
             pause = backoff.next()
             print(f"Reckon unavailable ({unavailable}); trying again in {pause:.1f} s", file=sys.stderr, flush=True)
             stopping.wait(pause)
-        except UnexpectedAnswer as lost:  # a redirect, an HTML page: the URL is wrong, asking again will not help
-            print(f"not Reckon's API: {lost}", file=sys.stderr, flush=True)
-            return 2
+        except UnexpectedAnswer as lost:
+            if lost.status < 500:  # a redirect, an HTML page: the URL is wrong, asking again will not help
+                print(f"not Reckon's API: {lost}", file=sys.stderr, flush=True)
+                return 2
+            pause = backoff.next()  # a proxy's error page while Reckon restarts behind it
+            print(f"{lost}; trying again in {pause:.1f} s", file=sys.stderr, flush=True)
+            stopping.wait(pause)
         except ReckonError as refused:
             if refused.status in (401, 403):  # a revoked token or a scope that does not fit: say so and stop
                 print(f"refused: {refused}", file=sys.stderr, flush=True)

@@ -4,6 +4,8 @@ and the server's reason when nothing came."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +18,7 @@ from ledger.declarations import load_actions_file
 from ledger.models import Job
 from tests.api.conftest import issue
 from tests.conftest import make_job
-from tests.processes import WebServer, database_url_of_tests, production_env
+from tests.processes import ROOT, WebServer, database_url_of_tests, production_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +36,7 @@ def counting(client: Client) -> list[str]:
     return sent
 
 
-def test_a_redirect_to_https_raises_and_creates_nothing(external_actions):
+def test_a_redirect_to_https_raises_and_creates_nothing(external_actions, tmp_path):
     """Debug off with RECKON_SSL_REDIRECT on, over plain HTTP: every API call answers 301."""
     env = production_env(DATABASE_URL=database_url_of_tests(), RECKON_ACTIONS_FILE=str(external_actions),
                          RECKON_SSL_REDIRECT="true")
@@ -52,6 +54,15 @@ def test_a_redirect_to_https_raises_and_creates_nothing(external_actions):
         with pytest.raises(UnexpectedAnswer, match="answered 301"):
             client.next_lease("w", wait_seconds=3)
         assert time.monotonic() - started < 2 and len(sent) == 2  # one enqueue, one claim: no loop
+
+        # A worker started with that URL stops at once and says why, instead of waiting forever.
+        worker = subprocess.run(
+            [sys.executable, "examples/pull_worker.py", "--url", server.url, "--outbox", str(tmp_path)],
+            cwd=ROOT, env={"PATH": "/usr/bin:/bin", "RECKON_API_TOKEN": client.token}, capture_output=True,
+            text=True, timeout=30,
+        )
+        assert worker.returncode == 2, worker.stdout + worker.stderr
+        assert f"not Reckon's API: POST {server.url}/api/v1/claims answered 301 to https://" in worker.stderr
 
 
 def test_an_html_answer_is_not_taken_for_reckons(api_server):
@@ -91,26 +102,45 @@ class AnswersAtOnce(BaseHTTPRequestHandler):
         self.send_response(204)
         self.end_headers()
 
+    def do_GET(self):  # noqa: N802
+        page = b"<html><body>Welcome to nginx!</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
     def log_message(self, *args):
         pass
 
 
-def test_next_lease_backs_off_when_the_server_answers_at_once():
+@pytest.fixture
+def stub_server():
     AnswersAtOnce.claims = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), AnswersAtOnce)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    try:
-        client = Client(f"http://127.0.0.1:{server.server_port}", "rk_unused")
-        started = time.monotonic()
-        assert client.next_lease("w", wait_seconds=3) is None
-        waited = time.monotonic() - started
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_next_lease_backs_off_when_the_server_answers_at_once(stub_server):
+    client = Client(stub_server, "rk_unused")
+    started = time.monotonic()
+    assert client.next_lease("w", wait_seconds=3) is None
+    waited = time.monotonic() - started
     assert 2.9 <= waited < 3.5, waited
     assert 2 <= len(AnswersAtOnce.claims) <= 6, len(AnswersAtOnce.claims)  # 0.25, 0.5, 1, 2 s apart
     assert client.nothing_claimed.requests == len(AnswersAtOnce.claims)
+
+
+def test_a_200_that_is_not_json_is_no_answer(stub_server):
+    client = Client(stub_server, "rk_unused")
+    with pytest.raises(UnexpectedAnswer) as page:
+        client.job("job-1")
+    assert page.value.status == 200 and page.value.content_type == "text/html"
+    assert f"GET {stub_server}/api/v1/jobs/job-1 answered 200: text/html, not Reckon's JSON" in str(page.value)
 
 
 IRREVERSIBLE = """
