@@ -20,7 +20,9 @@ claims the most overdue unknown attempt and answers what the outbox proves: the 
 (confirmed, with its file as the reference) or not (not_found, with why: Reckon may then replay
 it with the same key); an exception while looking answers `unavailable` (asked again later).
 When nothing comes within a wait, it says why on stderr when Reckon gave a reason other than
-"no work" (the dead-man gate holding irreversible jobs, say).
+"no work" (the dead-man gate holding irreversible jobs, say), once per reason, and waits as long as
+Reckon asks (Retry-After). A URL that is not Reckon's API (a redirect to HTTPS, an HTML page)
+stops it at once with exit status 2 and the URL and status it got.
 
 Reckon may restart under it: a connection error backs off (0.5 s, doubling to 30 s, with
 jitter) and tries again. SIGTERM or Ctrl-C stops it, after the job in hand.

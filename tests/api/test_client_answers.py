@@ -13,8 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from reckon_client import Client, UnexpectedAnswer
 
-from ledger.actions import _registry
-from ledger.declarations import load_actions_file
 from ledger.models import Job
 from tests.api.conftest import issue
 from tests.conftest import make_job
@@ -141,41 +139,3 @@ def test_a_200_that_is_not_json_is_no_answer(stub_server):
         client.job("job-1")
     assert page.value.status == 200 and page.value.content_type == "text/html"
     assert f"GET {stub_server}/api/v1/jobs/job-1 answered 200: text/html, not Reckon's JSON" in str(page.value)
-
-
-IRREVERSIBLE = """
-[actions."ext.charge"]
-executor = "external"
-reversible = false
-"""
-
-
-@pytest.fixture
-def gated_server(tmp_path, django_db_setup):
-    """A server whose dead-man gate is on (no sweeper or reconciler has ever completed a pass)."""
-    path = tmp_path / "actions.toml"
-    path.write_text(IRREVERSIBLE)
-    declared = load_actions_file(path, required=True)
-    env = {"DATABASE_URL": database_url_of_tests(), "RECKON_ACTIONS_FILE": str(path), "RECKON_GATE_BOUND_S": "60",
-           "RECKON_CLAIM_POLL_S": "2"}
-    try:
-        with WebServer(env=env, log_name="gated-gunicorn") as server:
-            yield server
-    finally:
-        for action in declared:
-            _registry.pop(action.name, None)
-
-
-def test_a_claim_the_gate_leaves_empty_says_why_and_when_to_ask_again(gated_server):
-    make_job("charge-1", action="ext.charge", tenant="acme")
-    client = Client(gated_server.url, issue(["acme"], ["ext.charge"], name="charger"))
-    assert client.next_lease("w", actions=["ext.charge"], wait_seconds=1) is None
-    nothing = client.nothing_claimed
-    assert nothing.reason == "dead_man_gate" and nothing.retry_after == 2
-    assert "the sweeper has not completed a pass yet" in nothing.message
-    assert Job.objects.get(job_id="charge-1").status == "pending"  # held, not lost
-
-    # Nothing held in another scope: an ordinary empty answer.
-    other = Client(gated_server.url, issue(["beta"], ["ext.charge"], name="beta"))
-    assert other.next_lease("w", actions=["ext.charge"], wait_seconds=0) is None
-    assert other.nothing_claimed.reason == "no_work"
