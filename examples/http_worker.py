@@ -110,12 +110,11 @@ def run(lease: Lease, *, action: str, mail_url: str, timeout: float) -> tuple[st
 def run_once(client: Client, job_id: str, *, worker: str, action: str, mail_url: str,
              timeout: float) -> tuple[str, str]:
     try:
-        lease = client.claim_lease(job_id, worker=worker)
+        return run(client.claim_lease(job_id, worker=worker), action=action, mail_url=mail_url, timeout=timeout)
     except UnexpectedAnswer:
         raise
-    except ReckonError as refused:
+    except ReckonError as refused:  # the claim was refused, or the lease went stale under us
         return f"refused:{refused.reason or refused.code}", ""
-    return run(lease, action=action, mail_url=mail_url, timeout=timeout)
 
 
 def by_id(client: Client, args: argparse.Namespace, job_ids: list[str]) -> int:
@@ -161,7 +160,12 @@ def pulling(client: Client, args: argparse.Namespace) -> int:
             print(json.dumps({"idle": str(client.nothing_claimed), "reason": client.nothing_claimed.reason}),
                   flush=True)
             return 0
-        outcome, verdict = run(lease, action=args.action, mail_url=args.mail, timeout=args.timeout)
+        try:
+            outcome, verdict = run(lease, action=args.action, mail_url=args.mail, timeout=args.timeout)
+        except UnexpectedAnswer:
+            raise
+        except ReckonError as refused:  # the lease went stale under us: the ledger has decided
+            outcome, verdict = f"refused:{refused.reason or refused.code}", ""
         status = client.job(lease.job_id)["status"]
         line = {"job_id": lease.job_id, "outcome": outcome, "status": status}
         if verdict and verdict != outcome:
