@@ -21,7 +21,8 @@
 
     # Or answer Reckon's look-ups of unknown attempts (pull-mode reconciliation): reconciliations.py.
 
-A webhook reconciler checks that a request comes from Reckon with `verify_webhook` (webhooks.py).
+A webhook reconciler checks that a question comes from Reckon with `verify_webhook` and signs its
+answer with `sign_answer` (webhooks.py).
 What a provider's answer proves (retry, fail, or unknown) is `classify_status`/`classify_error`
 (providers.py); `lease.record(verdict, detail)` records it.
 
@@ -37,8 +38,11 @@ from reckon_client.reconciliations import Finding, Reconciliation
 from reckon_client.transport import ReckonUnavailable
 from reckon_client.webhooks import (
     WEBHOOK_SIGNATURE_HEADER,
+    QuestionLog,
     WebhookSignatureError,
+    sign_answer,
     sign_webhook,
+    verify_answer,
     verify_webhook,
 )
 
@@ -51,6 +55,7 @@ __all__ = [
     "HeldUnknown",
     "Lease",
     "NothingClaimed",
+    "QuestionLog",
     "Reconciliation",
     "ReckonError",
     "ReckonUnavailable",
@@ -59,6 +64,8 @@ __all__ = [
     "WebhookSignatureError",
     "classify_error",
     "classify_status",
+    "sign_answer",
     "sign_webhook",
+    "verify_answer",
     "verify_webhook",
 ]
