@@ -178,12 +178,13 @@ def units(host):
 
 def test_the_wheel_installs_everything_a_host_runs_with_no_checkout(host):
     where = run([host["venv"] / "bin" / "python", "-c",
-                 "import sys, config, console, reckon_client; from django.conf import settings; "
-                 "print(config.__file__); print(reckon_client.__file__); print(sys.path)"],
+                 "import sys, config, reckon_client; from config.paths import PROJECT_DIR; "
+                 "print(config.__file__); print(reckon_client.__file__); print(sys.path); print(PROJECT_DIR)"],
                 cwd=host["folder"], env=host["env"]).stdout.splitlines()
     site = str(host["venv"] / "lib")
     assert where[0].startswith(site) and where[1].startswith(site), where
     assert str(ROOT) not in where[2]
+    assert where[3] == str(host["folder"])  # .env, actions.toml, staticfiles/: the working directory's
     assert (Path(where[0]).parent.parent / "console" / "templates" / "base.html").is_file()
     assert (Path(where[0]).parent.parent / "console" / "static" / "css" / "reckon.css").is_file()
     assert "team.charge" in run([host["venv"] / "bin" / "reckon", "actions"], cwd=host["folder"],
