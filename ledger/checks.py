@@ -4,7 +4,7 @@ instead of looking like a provider outage the first time work becomes unknown.""
 
 from __future__ import annotations
 
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, Info, register
 from django.utils.module_loading import import_string
 
 from ledger.actions import registered_actions
@@ -31,10 +31,11 @@ def reconcilers_import(app_configs=None, **kwargs) -> list[Error]:
 
 
 @register(deploy=True)
-def webhook_secrets_set(app_configs=None, **kwargs) -> list[Warning]:
+def webhook_secrets_set(app_configs=None, **kwargs) -> list[Info]:
     """`check --deploy` on a host says which webhook secrets its processes lack: `reconcile`
-    refuses to start without them; a qcluster without them leaves those jobs to `reconcile`."""
+    refuses to start without them; a qcluster without them leaves those jobs to `reconcile`; the
+    web processes and the sweeper never need them (so it is information, not a warning)."""
     from ledger.declarations import webhook_secret_problems
 
-    return [Warning(problem, hint="Only the processes that sign need it: `reconcile` (and a qcluster that "
-                    "should reconcile webhook jobs too).", id="ledger.W001") for problem in webhook_secret_problems()]
+    return [Info(problem, hint="Only the processes that sign need it: `reconcile` (and a qcluster that "
+                 "should reconcile webhook jobs too).", id="ledger.I001") for problem in webhook_secret_problems()]

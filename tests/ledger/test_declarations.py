@@ -12,6 +12,7 @@ from django_q.models import OrmQ
 from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.actions import Action, _registry, declared_action, reconciled_elsewhere, register
+from ledger.checks import webhook_secrets_set
 from ledger.declarations import DeclarationError, load_actions_file, webhook_secret_problems
 from ledger.models import Job
 from reconciliation import decisions
@@ -198,6 +199,8 @@ def test_only_a_process_that_signs_needs_the_webhook_secret(declared, monkeypatc
     assert webhook_secret_problems() == [
         f"{tmp_path / 'actions.toml'}: action 'test.hooked': webhook_secrets: variable RECKON_TEST_HOOK_SECRET is not "
         "set (it holds the secret this process signs its webhook questions with; at least 32 characters)"]
+    (told,) = [m for m in webhook_secrets_set() if "test.hooked" in m.msg]  # `check --deploy`: information
+    assert told.id == "ledger.I001" and not told.is_serious()
     monkeypatch.setenv("RECKON_TEST_HOOK_SECRET", "s" * 32)
     assert webhook_secret_problems() == [] and "test.hooked" not in reconciled_elsewhere()
 
