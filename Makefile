@@ -11,13 +11,13 @@ PORT ?= 8000
 
 .PHONY: run test bandit check bench chaos clean-db
 
-# The worker client (clients/python) is installed editable: the tests, the examples and the chaos
-# workers import reckon_client from the checkout as it is.
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+# Reckon is installed editable, as one package with its worker client (pyproject.toml): the tests,
+# the examples and the chaos workers import the server's packages and reckon_client
+# (clients/python/src) from the checkout as it is, and `.venv/bin/reckon` is manage.py.
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet ".[test]"
-	$(BIN)/python -m pip install --quiet --editable ./clients/python
+	$(BIN)/python -m pip install --quiet --editable ".[test]"
 	rm -rf build *.egg-info
 	touch $(STAMP)
 

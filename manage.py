@@ -1,14 +1,7 @@
 #!/usr/bin/env python
-import os
-import sys
+"""Django's management commands from a checkout; installed from the package, the `reckon` command."""
 
-
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-
+from config.cli import main
 
 if __name__ == "__main__":
     main()

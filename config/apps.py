@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.checks import Warning, register
 from django.db.models.signals import post_migrate
 
 
@@ -9,6 +10,7 @@ class ReckonConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_sync_schedules, dispatch_uid="reckon.sync_schedules")
+        register(_a_cluster_runs_the_schedules, deploy=True)
 
 
 def _sync_schedules(sender, using="default", **kwargs) -> None:
@@ -19,3 +21,11 @@ def _sync_schedules(sender, using="default", **kwargs) -> None:
     from config.schedules import sync_schedules
 
     sync_schedules(using)
+
+
+def _a_cluster_runs_the_schedules(app_configs=None, **kwargs) -> list[Warning]:
+    """`check --deploy`: a deployment with no qcluster running is missing work only a cluster does."""
+    from ledger.cluster import cluster_problem
+
+    problem = cluster_problem()
+    return [Warning(problem, id="config.W001")] if problem else []

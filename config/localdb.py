@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+from config.paths import PROJECT_DIR
+
 DB_NAME = "reckon"
 DB_USER = "postgres"
 DEBIAN_BINDIRS = "/usr/lib/postgresql/*/bin"
@@ -91,10 +92,10 @@ def _as_postgres() -> list[str]:
 
 def _cluster_dir() -> Path:
     """`.pgdata/` in the checkout, unless the `postgres` user cannot reach it (a 0700 parent)."""
-    preferred = Path(os.environ.get("RECKON_PGDATA_DIR", BASE_DIR / ".pgdata"))
+    preferred = Path(os.environ.get("RECKON_PGDATA_DIR", PROJECT_DIR / ".pgdata"))
     if os.geteuid() != 0 or _postgres_can_enter(preferred.parent):
         return preferred
-    digest = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:10]  # nosec B324  # names a folder, not a security use
+    digest = hashlib.sha1(str(PROJECT_DIR).encode()).hexdigest()[:10]  # nosec B324  # names a folder, not a security use
     return Path("/var/tmp") / f"reckon-pgdata-{digest}"  # nosec B108  # dev-only embedded cluster, which trusts every local user anyway (trust auth on 127.0.0.1); production sets DATABASE_URL
 
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from alerts.tasks import evaluate_alerts, sample_history
 from approvals.tasks import expire_due_approvals
+from ledger.cluster import SCHEDULE_PREFIX
 from ledger.tasks import sweep_expired_leases
 from reconciliation.tasks import reconcile_until_idle
 
-PREFIX = "reckon."
+PREFIX = SCHEDULE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,4 @@ def sync_schedules(using: str = "default") -> None:
             defaults={"func": schedule.func, "schedule_type": Schedule.MINUTES, "minutes": schedule.minutes,
                       "repeats": -1},
         )
+

@@ -15,9 +15,13 @@ from urllib.parse import unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import Bool, Float, Int, List, Networks, Rates, Str, Url, declare, load_dotenv, setting
+from config.paths import CODE_DIR, PROJECT_DIR
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-load_dotenv(BASE_DIR / ".env")
+# BASE_DIR holds the code (the checkout, or site-packages when installed); Reckon's own files
+# (.env, actions.toml, staticfiles/) live in PROJECT_DIR: the checkout, or the working directory
+# of an installed process (config/paths.py).
+BASE_DIR = CODE_DIR
+load_dotenv(PROJECT_DIR / ".env")
 
 CORE = "Core"
 DATABASE = "Database"
@@ -134,7 +138,8 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The console's templates are package data (console/templates), found with the app's.
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -197,8 +202,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# The console's static files are package data (console/static), found with the app's.
+STATIC_ROOT = PROJECT_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -241,10 +246,11 @@ if RECKON_DEMO and RECKON_DEMO_ACTION_MODULE not in RECKON_ACTION_MODULES:
 # The actions file (TOML; ledger/declarations.py): read when it exists; when the variable is set,
 # it must exist.
 _ACTIONS_FILE = setting("RECKON_ACTIONS_FILE", "", Str, "Your declared actions (TOML). Unset: actions.toml in the project "
-                        "folder, read when it exists; set: the file must exist.", group=ACTIONS,
+                        "folder (the checkout; installed from the package: the working directory), read when it "
+                        "exists; set: the file must exist.", group=ACTIONS,
                         shown_default="actions.toml", example="actions.toml")
 RECKON_ACTIONS_FILE_REQUIRED = bool(_ACTIONS_FILE)
-RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or BASE_DIR / "actions.toml")
+RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or PROJECT_DIR / "actions.toml")
 RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).

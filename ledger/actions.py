@@ -20,6 +20,7 @@ Only `reckon.echo`, which touches nothing outside, is built in. `manage.py actio
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -73,6 +74,10 @@ class Webhook:
 
     def __str__(self) -> str:
         return f"webhook {self.url}"
+
+    def missing_secrets(self) -> list[str]:
+        """The secret variables not set in this process (only a process that signs needs them)."""
+        return [name for name in self.secret_variables if not os.environ.get(name)]
 
 
 @dataclass(frozen=True)
@@ -178,9 +183,12 @@ def registered_actions() -> list[Action]:
     return sorted(_registry.values(), key=lambda a: a.name)
 
 
-def pull_reconciled_actions() -> list[str]:
-    """The actions whose unknown work agents pull; Reckon's own reconciler leaves them alone."""
-    return sorted(a.name for a in _registry.values() if isinstance(a.reconciler, PullReconciler))
+def reconciled_elsewhere() -> list[str]:
+    """The actions a reconciliation pass in this process leaves alone: those agents pull, and
+    those whose webhook secret this process does not have (a qcluster on a web host, say): the
+    `reconcile` loop, which refuses to start without the secrets, asks their webhooks."""
+    return sorted(a.name for a in _registry.values() if isinstance(a.reconciler, PullReconciler)
+                  or (isinstance(a.reconciler, Webhook) and a.reconciler.missing_secrets()))
 
 
 def action(
@@ -227,6 +235,7 @@ def load_action_modules(modules: Iterable[str]) -> None:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
-                raise  # the module exists; something it imports does not
+                raise ImproperlyConfigured(f"RECKON_ACTION_MODULES names {module!r}, which imports {exc.name!r}: "
+                                           f"{exc} (is it installed in this environment?)") from exc
             raise ImproperlyConfigured(f"RECKON_ACTION_MODULES names {module!r}, which cannot be imported: {exc}") \
                 from exc

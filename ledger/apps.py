@@ -8,7 +8,7 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from ledger import actions, declarations
+        from ledger import actions, checks, declarations  # noqa: F401  (checks: registers the system checks)
 
         actions.load_action_modules(settings.RECKON_ACTION_MODULES)
         declarations.load_actions_file(settings.RECKON_ACTIONS_FILE, required=settings.RECKON_ACTIONS_FILE_REQUIRED)

@@ -23,6 +23,14 @@ to a loopback host or one named in RECKON_WEBHOOK_HTTP_HOSTS):
     webhook_secrets = ["CHARGES_WEBHOOK_SECRET", "CHARGES_WEBHOOK_SECRET_OLD"]  # variable names, current first
     webhook_timeout = 5                            # seconds
 
+Only the processes that sign need the secrets (`reconcile`, which refuses to start without them, and
+a qcluster that should reconcile webhook jobs too; `webhook_secret_problems`); a secret that is set
+must have at least 32 characters wherever it is read.
+
+`${NAME}` in any string value is replaced by the environment variable NAME, so one file serves
+every deployment (`webhook_url = "https://${AGENTS_HOST}/reckon"`); a variable that is not set
+stops the start with a message naming the file, the action, the key and the variable.
+
 A pull-mode reconciler (`reconciler = "external"`) is the team's agents, which claim unknown work
 over the API and answer within `reconciliation_lease` seconds (60 by default).
 
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable
 from datetime import timedelta
@@ -44,7 +53,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ledger.actions import Action, PullReconciler, Webhook, declared_action, register
+from ledger.actions import Action, PullReconciler, Webhook, declared_action, register, registered_actions
 
 # key -> (expected types, required)
 KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -68,6 +77,8 @@ WEBHOOK_KEYS = ("webhook_url", "webhook_secrets", "webhook_timeout")
 WEBHOOK_SECRET_MIN_LENGTH = 32
 # How long a pull-mode agent may take to answer, by default (seconds).
 DEFAULT_RECONCILIATION_LEASE = 60
+# `${NAME}`: an environment variable's value, in any string of a declaration.
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class DeclarationError(ImproperlyConfigured):
@@ -114,6 +125,7 @@ def parse_action(name: str, table, *, source: str) -> Action:
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise refuse(f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(KEYS)}")
+    table = {key: _expanded(key, value, refuse) for key, value in table.items()}
     for key, (types, required) in KEYS.items():
         if key not in table:
             if required:
@@ -205,11 +217,10 @@ def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
     if not names or len(names) > 2 or not all(isinstance(name, str) and name for name in names):
         raise refuse("a webhook reconciler needs webhook_secrets: the names of one or two environment variables "
                      "holding its signing secret (current first, the previous one during a rotation)")
-    for name in names:
+    for name in names:  # not needed here unless this process signs (webhook_secret_problems); never short
         secret = os.environ.get(name, "")
-        if len(secret) < WEBHOOK_SECRET_MIN_LENGTH:
-            state = "is not set" if not secret else f"holds fewer than {WEBHOOK_SECRET_MIN_LENGTH} characters"
-            raise refuse(f"webhook secret variable {name} {state}")
+        if secret and len(secret) < WEBHOOK_SECRET_MIN_LENGTH:
+            raise refuse(f"webhook_secrets: variable {name} holds fewer than {WEBHOOK_SECRET_MIN_LENGTH} characters")
     timeout = table.get("webhook_timeout", 5)
     if not 0 < timeout <= 30:
         raise refuse("webhook_timeout must be more than 0 and at most 30 seconds")
@@ -224,6 +235,32 @@ def _plain_http_allowed(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def webhook_secret_problems() -> list[str]:
+    """What a process that signs webhook questions lacks: one line per declared webhook secret
+    variable that is not set in its environment, naming the file, the action and the variable."""
+    return [f"{action.source}: action {action.name!r}: webhook_secrets: variable {name} is not set "
+            f"(it holds the secret this process signs its webhook questions with; at least "
+            f"{WEBHOOK_SECRET_MIN_LENGTH} characters)"
+            for action in registered_actions() if isinstance(action.reconciler, Webhook)
+            for name in action.reconciler.missing_secrets()]
+
+
+def _expanded(key: str, value, refuse: Callable[[str], Exception]):
+    """`value` with each `${NAME}` in a string replaced by the environment variable NAME."""
+    if isinstance(value, list):
+        return [_expanded(key, item, refuse) for item in value]
+    if not isinstance(value, str):
+        return value
+
+    def variable(found: re.Match) -> str:
+        name = found.group(1)
+        if not os.environ.get(name):
+            raise refuse(f"{key}: ${{{name}}} names the environment variable {name}, which is not set")
+        return os.environ[name]
+
+    return VARIABLE.sub(variable, value)
 
 
 def _python(value: str, key: str, refuse: Callable[[str], Exception]):

@@ -5,7 +5,8 @@ A pass works in batches, each in three steps:
 1. **Claim** up to `limit` due jobs in one statement (the transition layer's
    `claim_for_reconciliation`: `FOR UPDATE SKIP LOCKED`, then a mark), so no other pass — on this
    host or another — takes them, and a crashed pass's claim simply runs out. Jobs whose action's
-   agents reconcile them (pull mode, `reconciliation.pulling`) are left to those agents.
+   agents reconcile them (pull mode, `reconciliation.pulling`) are left to those agents, and jobs
+   whose webhook secret this process lacks to the processes that have it (`reconcile`).
 2. **Look up** each job at its provider with no lock and no open transaction, a few at a time
    (`reconciliation.lookups`).
 3. **Apply** the whole batch's outcomes in one transaction (`reconciliation.applying`, with the
@@ -24,7 +25,7 @@ from concurrent.futures import wait as futures_wait
 
 from django.conf import settings
 
-from ledger.actions import PullReconciler, get_action, pull_reconciled_actions
+from ledger.actions import PullReconciler, get_action, reconciled_elsewhere
 from ledger.models import Job
 from ledger.services import claim_for_reconciliation, complete_pass, latest_attempt, latest_attempts
 from reconciliation.applying import Decision, apply_looks, waiting
@@ -37,7 +38,7 @@ log = logging.getLogger("reckon.reconciliation")
 def reconcile_due_jobs(*, limit: int | None = None, concurrency: int | None = None) -> list[Decision]:
     """One batch: claim due jobs, look them up, apply the outcomes (in one transaction)."""
     jobs = claim_for_reconciliation(limit=limit or settings.RECKON_RECONCILE_BATCH,
-                                    exclude_actions=pull_reconciled_actions())
+                                    exclude_actions=reconciled_elsewhere())
     if not jobs:
         return []
     with Lookups(concurrency, background=False) as pool:  # nothing to overlap with: no thread for one
@@ -68,7 +69,7 @@ def reconcile_until_idle(
             while claiming and sum(1 for _, future in looking if not future.done()) < ahead:
                 if budget_s is not None and time.monotonic() - started > budget_s:
                     claiming, completed = False, False
-                elif jobs := claim_for_reconciliation(limit=limit, exclude_actions=pull_reconciled_actions()):
+                elif jobs := claim_for_reconciliation(limit=limit, exclude_actions=reconciled_elsewhere()):
                     early, started_now = _start_lookups(pool, jobs)
                     decisions += early
                     looking += started_now

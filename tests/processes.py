@@ -45,15 +45,16 @@ class ManagedProcess:
     """A child process in its own process group, killed with its children on stop()."""
 
     def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process",
-                 inherit_env: bool = True):
+                 inherit_env: bool = True, cwd: Path = ROOT):
         self.argv = argv
+        self.cwd = cwd
         self.env = {**(os.environ if inherit_env else {}), **(env or {})}
         self.log_path = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ManagedProcess:
         log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        self.process = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         return self
 

@@ -200,7 +200,9 @@ class Stack:
     def __init__(self, folder, env: dict, port: int):
         self.port = port
         self.log = folder / "make-run.log"
-        self.process = subprocess.Popen(["make", "run", f"PORT={port}"], cwd=folder, env=env,  # nosec B603, B607  # make from PATH, fixed argv
+        # `-o`: the linked .venv is the checkout's, installed editable from the checkout; make in
+        # the scratch folder never reinstalls it (an install from here would point it at this folder).
+        self.process = subprocess.Popen(["make", "-o", ".venv/.installed", "run", f"PORT={port}"], cwd=folder, env=env,  # nosec B603, B607  # make from PATH, fixed argv
                                         stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(self._serving, timeout=120, interval=0.2, message="make run serving")
         self.started_at = time.monotonic()

@@ -1,5 +1,6 @@
 """Actions declared in a TOML file: checked whole at start-up, snapshotted into each job."""
 
+import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -10,12 +11,13 @@ from django_q.models import OrmQ
 
 from approvals.models import ApprovalRequest
 from ledger import services
-from ledger.actions import Action, _registry, declared_action, register
-from ledger.declarations import DeclarationError, load_actions_file
+from ledger.actions import Action, _registry, declared_action, reconciled_elsewhere, register
+from ledger.checks import webhook_secrets_set
+from ledger.declarations import DeclarationError, load_actions_file, webhook_secret_problems
 from ledger.models import Job
 from reconciliation import decisions
 from tests.conftest import latest_attempt, make_job
-from tests.processes import ROOT
+from tests.processes import ROOT, free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -84,8 +86,11 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
      'webhook_url = "https://h.example.com/r"', "a webhook reconciler needs webhook_secrets"),
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
-     'webhook_url = "https://h.example.com/r"\nwebhook_secrets = ["NO_SUCH_SECRET_VARIABLE"]',
-     "webhook secret variable NO_SUCH_SECRET_VARIABLE is not set"),
+     'webhook_url = "https://h.example.com/r"\nwebhook_secrets = ["HOME"]',
+     "webhook_secrets: variable HOME holds fewer than 32 characters"),
+    ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
+     'webhook_url = "https://${NO_SUCH_HOST_VARIABLE}/r"\nwebhook_secrets = ["S"]',
+     "webhook_url: ${NO_SUCH_HOST_VARIABLE} names the environment variable NO_SUCH_HOST_VARIABLE, which is not set"),
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
      'webhook_secrets = ["HOME"]', "a webhook reconciler needs webhook_url"),
     ('executor = "external"\nreversible = true\nwebhook_url = "https://h.example.com/r"',
@@ -117,9 +122,101 @@ def test_start_up_and_check_fail_with_the_message(tmp_path):
     path = tmp_path / "actions.toml"
     path.write_text('[actions."x.y"]\nexecutor = "external"\nreversible = false\nreplay = "automatic"\n')
     done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
-                          env={**__import__("os").environ, "RECKON_ACTIONS_FILE": str(path)}, timeout=60)
+                          env={**os.environ, "RECKON_ACTIONS_FILE": str(path)}, timeout=60)
     assert done.returncode != 0
-    assert f"{path}: action 'x.y': an irreversible action cannot be replayed automatically" in done.stderr
+    assert done.stderr == (f"Reckon cannot start: {path}: action 'x.y': an irreversible action cannot be replayed "
+                           "automatically: replay must be \"approval\"\n")  # one message, no traceback
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[actions."x.y"]\nexecutor = "external"\nreversible = true\ncolour = "red"\n', "action 'x.y': unknown key(s) colour"),
+    ('[actions."x.y"]\nexecutor = "external"\nreversible = tru\n', "not valid TOML: Invalid value (at line 3, column 14)"),
+    ('[actions."x.y"]\nexecutor = "external"\nreversible = true\nqueryable = true\nreconciler = "webhook"\n'
+     'webhook_url = "http://${RECKON_TEST_UNSET_HOST}/r"\nwebhook_secrets = ["RECKON_TEST_UNSET_SECRET"]\n',
+     "action 'x.y': webhook_url: ${RECKON_TEST_UNSET_HOST} names the environment variable RECKON_TEST_UNSET_HOST, "
+     "which is not set"),
+])
+@pytest.mark.parametrize("process", ["manage.py", "gunicorn"])
+def test_a_bad_actions_file_stops_every_process_with_one_message(tmp_path, text, message, process):
+    path = tmp_path / "actions.toml"
+    path.write_text(text)
+    argv = ([sys.executable, "manage.py", "migrate", "--check"] if process == "manage.py" else
+            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{free_port()}",
+             "--no-control-socket"])
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RECKON_ACTIONS_FILE": str(path)})
+    assert done.returncode != 0
+    said = [line for line in done.stderr.splitlines() if line.startswith("Reckon cannot start")]
+    assert len(said) == 1 and said[0].startswith(f"Reckon cannot start: {path}: {message}")
+    assert "Traceback" not in done.stderr + done.stdout
+    if process == "manage.py":
+        assert done.stderr == said[0] + "\n"  # that one line, nothing else
+
+
+def test_check_imports_every_declared_reconciler(tmp_path):
+    env = {**os.environ, "RECKON_ACTION_MODULES": "tests.ledger.unimportable_reconciler_actions"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 1
+    assert ("ledger.E001) module tests.ledger.unimportable_reconciler_actions: action 'example.lost': reconciler "
+            "'myteam.reconcilers.lost' cannot be imported: No module named 'myteam'") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_action_module_missing_a_dependency_is_named(tmp_path):
+    (tmp_path / "team_actions.py").write_text("import no_such_dependency_of_the_team\n")
+    env = {**os.environ, "RECKON_ACTION_MODULES": "team_actions", "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == ("Reckon cannot start: RECKON_ACTION_MODULES names 'team_actions', which imports "
+                           "'no_such_dependency_of_the_team': No module named 'no_such_dependency_of_the_team' "
+                           "(is it installed in this environment?)\n")
+
+
+WEBHOOK = """
+[actions."test.hooked"]
+executor = "external"
+reversible = true
+queryable = true
+reconciler = "webhook"
+webhook_url = "https://${RECKON_TEST_AGENTS_HOST}/reckon/reconcile"
+webhook_secrets = ["RECKON_TEST_HOOK_SECRET"]
+"""
+
+
+def test_the_file_reads_variables_from_the_environment(declared, monkeypatch):
+    monkeypatch.setenv("RECKON_TEST_AGENTS_HOST", "agents.internal:9000")
+    (hooked,) = declared(WEBHOOK)
+    assert hooked.reconciler.url == "https://agents.internal:9000/reckon/reconcile"
+
+
+def test_only_a_process_that_signs_needs_the_webhook_secret(declared, monkeypatch, tmp_path):
+    monkeypatch.setenv("RECKON_TEST_AGENTS_HOST", "agents.internal")
+    monkeypatch.delenv("RECKON_TEST_HOOK_SECRET", raising=False)
+    declared(WEBHOOK)  # loads: the web, the sweeper, the workers never sign
+    assert "test.hooked" in reconciled_elsewhere()  # a pass here (a qcluster without it) leaves its jobs alone
+    assert webhook_secret_problems() == [
+        f"{tmp_path / 'actions.toml'}: action 'test.hooked': webhook_secrets: variable RECKON_TEST_HOOK_SECRET is not "
+        "set (it holds the secret this process signs its webhook questions with; at least 32 characters)"]
+    (told,) = [m for m in webhook_secrets_set() if "test.hooked" in m.msg]  # `check --deploy`: information
+    assert told.id == "ledger.I001" and not told.is_serious()
+    monkeypatch.setenv("RECKON_TEST_HOOK_SECRET", "s" * 32)
+    assert webhook_secret_problems() == [] and "test.hooked" not in reconciled_elsewhere()
+
+    # `reconcile`, which signs, refuses to start without it, saying which.
+    path = tmp_path / "actions.toml"
+    env = {**os.environ, "RECKON_ACTIONS_FILE": str(path), "RECKON_TEST_AGENTS_HOST": "agents.internal"}
+    env.pop("RECKON_TEST_HOOK_SECRET")
+    done = subprocess.run([sys.executable, "manage.py", "reconcile", "--once"], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == (f"CommandError: {path}: action 'test.hooked': webhook_secrets: variable "
+                           "RECKON_TEST_HOOK_SECRET is not set (it holds the secret this process signs its webhook "
+                           "questions with; at least 32 characters)\n")
+    listed = subprocess.run([sys.executable, "manage.py", "actions"], cwd=ROOT, capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert listed.returncode == 0 and "test.hooked" in listed.stdout
 
 
 def test_jobs_of_external_actions_never_reach_django_q2(declared, settings):

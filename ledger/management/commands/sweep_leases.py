@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from ledger.cluster import cluster_problem
 from ledger.services import sweep_expired_leases
 
 
@@ -15,9 +16,15 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=settings.RECKON_SWEEP_INTERVAL)
 
     def handle(self, *args, loop, interval, **options):
+        if loop:
+            self.stdout.write(f"sweeping expired leases every {interval} s")
+        missing_cluster = None
         while True:
             started = time.monotonic()
             result = sweep_expired_leases()
+            if loop and (problem := cluster_problem()) != missing_cluster:  # said when it starts and ends
+                self.stderr.write(f"warning: {problem}" if problem else "a qcluster runs the schedules again")
+                missing_cluster = problem
             if result.total or not loop:
                 self.stdout.write(
                     f"swept {result.total} expired lease(s) in "

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from ledger.declarations import webhook_secret_problems
 from reconciliation.passes import reconcile_until_idle
 
 
@@ -22,6 +23,10 @@ class Command(BaseCommand):
     def handle(self, *args, once, loop, interval, limit, **options):
         if limit < 1:
             raise CommandError("--limit must be at least 1")
+        if problems := webhook_secret_problems():  # this process signs every webhook question it asks
+            raise CommandError("\n".join(problems))
+        if loop:
+            self.stdout.write(f"reconciling unknown work every {interval} s")
         while True:
             started = time.monotonic()
             decisions = reconcile_until_idle(limit=limit)
