@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "chaos",
     "bench",
     "alerts",
+    "gateway",
 ]
 
 MIDDLEWARE = [
