@@ -30,25 +30,38 @@ def database() -> sqlite3.Connection:
     connection = sqlite3.connect(DB, timeout=10, isolation_level=None)
     connection.execute("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, title TEXT, body TEXT)")
     connection.execute("CREATE TABLE IF NOT EXISTS started (title TEXT)")
+    connection.execute("CREATE TABLE IF NOT EXISTS dropped (title TEXT)")
     return connection
 
 
-async def wait_for_file(path: Path, bound: float = 60.0) -> None:
+async def released(hold: str, bound: float = 60.0) -> bool:
+    """Wait for <db>.release-<hold> (True) or <db>.drop-<hold> (False, consumed); False after `bound`."""
+    release, drop = (DB.with_name(f"{DB.name}.{what}-{hold}") for what in ("release", "drop"))
     deadline = time.monotonic() + bound
-    while not path.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        if release.exists():
+            return True
+        if drop.exists():
+            drop.unlink()
+            return False
         await anyio.sleep(0.02)
+    return False
 
 
 @server.tool()
 async def create_note(title: str, body: str, api_key: str = "", hold: str = "", stall: float = 0) -> dict:
-    """Create a note (the side effect). `hold`: wait, once the call is received, until the file
-    <db>.release-<hold> exists; `stall`: answer only that many seconds after writing it."""
+    """Create a note (the side effect). `hold`: once the call is received, wait until the test
+    releases it (then write) or drops it (then write nothing); `stall`: answer only that many
+    seconds after writing."""
     if body == "refuse":
         raise ToolError("the notes service refuses an empty-minded body")
     if hold:
         with database() as connection:
             connection.execute("INSERT INTO started VALUES (?)", (title,))
-        await wait_for_file(DB.with_name(f"{DB.name}.release-{hold}"))
+        if not await released(hold):
+            with database() as connection:
+                connection.execute("INSERT INTO dropped VALUES (?)", (title,))
+            raise ToolError("dropped before anything was written")
     with database() as connection:
         note_id = connection.execute("INSERT INTO notes (title, body) VALUES (?, ?)", (title, body)).lastrowid
     if stall:
