@@ -10,6 +10,7 @@ from django.db import connection
 from api.tokens import worker_token_create
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalRefused, approve
+from console.models import TenantScope
 from ledger.models import Job
 from ledger.states import JobStatus
 from tests.gateway.conftest import call, list_tools, text
@@ -47,6 +48,7 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
     assert job.payload["arguments"] == {"title": name, "body": "with a key", "api_key": "[redacted]"}
     assert rows_holding(name) and rows_holding(secret) == []
     assert secret not in gateway.output()
+    TenantScope.objects.create(user=operator, all_tenants=True)
     client.force_login(operator)
     page = client.get(f"/jobs/{job.job_id}/")
     assert page.status_code == 200 and secret not in page.content.decode() and "[redacted]" in page.content.decode()
