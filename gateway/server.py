@@ -9,6 +9,7 @@ must remember lives in the ledger.
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
 
 import anyio
 import mcp_types as types
@@ -160,7 +161,9 @@ def build_app(*, allowed_hosts: list[str]) -> Starlette:
     async def healthz(request):
         return JSONResponse({"ok": True, "upstreams": [u.name for u in declared_upstreams()]})
 
-    return Starlette(
-        routes=[Route("/healthz", healthz), Mount("/", app=BearerTokens(mcp_app))],
-        lifespan=lambda app: server.session_manager.run(),
-    )
+    @asynccontextmanager
+    async def lifespan(app):
+        async with server.session_manager.run(), upstreams.shared(declared_upstreams()):
+            yield
+
+    return Starlette(routes=[Route("/healthz", healthz), Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -12,6 +13,44 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.config import META_KEY, Upstream
+
+logger = logging.getLogger("reckon.gateway")
+# One long-lived client per upstream in a gateway process (opened by `shared`): a call then costs
+# one request to the upstream, not a connection, a protocol probe and a request.
+_shared: dict[str, Client] = {}
+
+
+@asynccontextmanager
+async def shared(upstreams: Iterable[Upstream]) -> AsyncIterator[None]:
+    """Open a client to each upstream for the life of the gateway (in its lifespan task); an
+    upstream that cannot be reached now is connected to per call instead."""
+    async with AsyncExitStack() as stack:
+        for upstream in upstreams:
+            try:
+                _shared[upstream.name] = await stack.enter_async_context(connected(upstream))
+            except Exception as exc:
+                logger.warning("MCP upstream %s not reachable at start (%s): connecting per call", upstream.name, exc)
+        try:
+            yield
+        finally:
+            _shared.clear()
+
+
+@asynccontextmanager
+async def client_for(upstream: Upstream) -> AsyncIterator[Client]:
+    client = _shared.get(upstream.name)
+    if client is None:
+        async with connected(upstream) as client:
+            yield client
+        return
+    try:
+        yield client
+    except Exception:
+        # A broken connection is not reused: later calls connect afresh (a cancel or a timeout,
+        # which are not Exceptions here, leave it in place).
+        if _shared.get(upstream.name) is client:
+            _shared.pop(upstream.name)
+        raise
 
 
 @asynccontextmanager
@@ -34,11 +73,11 @@ def as_json(result) -> dict:
 
 async def call_tool(upstream: Upstream, tool: str, arguments: dict, *, key: str = "") -> dict:
     """The upstream's CallToolResult as JSON; the idempotency key travels in the call's _meta."""
-    async with connected(upstream) as client:
+    async with client_for(upstream) as client:
         result = await client.call_tool(tool, arguments, meta={META_KEY: key} if key else None)
     return as_json(result)
 
 
 async def list_tools(upstream: Upstream) -> list:
-    async with connected(upstream) as client:
+    async with client_for(upstream) as client:
         return list((await client.list_tools()).tools)

@@ -19,7 +19,7 @@ from mcp_types import Implementation
 from gateway.config import load_upstreams
 from tests.processes import ROOT, ManagedProcess, database_url_of_tests, free_port, wait_for
 
-UPSTREAM = ROOT / "tests" / "gateway" / "upstream_server.py"
+UPSTREAM = ROOT / "examples" / "mcp_notes_server.py"
 
 ACTIONS = """
 [[mcp.upstreams]]

@@ -1,8 +1,9 @@
-"""A real upstream MCP server for the gateway's tests, written with the SDK: it owns a SQLite file
-and changes it (the side effect), and has a read-only lookup tool. Run as a process of its own:
+"""An MCP server to put behind the gateway (the README's example; the gateway's tests use it too),
+written with the SDK: it owns a SQLite file and changes it (the side effect), and has a read-only
+lookup tool. Run as a process of its own:
 
-    python tests/gateway/upstream_server.py --db notes.sqlite3 --port 9100   # Streamable HTTP
-    python tests/gateway/upstream_server.py --db notes.sqlite3 --stdio       # stdio
+    python examples/mcp_notes_server.py --db notes.sqlite3 --port 9100   # Streamable HTTP
+    python examples/mcp_notes_server.py --db notes.sqlite3 --stdio       # stdio
 """
 
 from __future__ import annotations
