@@ -75,6 +75,7 @@ class Go:
 
     job_id: str
     lease: Lease
+    idempotency_key: str  # passed on to the upstream in the call's _meta
 
 
 def console_link(job: Job) -> str:
@@ -152,7 +153,7 @@ def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken) 
         except ClaimRefused as exc:
             job.refresh_from_db()
             return Answer.saying(f"not called: {exc}", job=job)
-        return Go(job.job_id, lease)
+        return Go(job.job_id, lease, job.idempotency_key)
     return answer_from_ledger(job)
 
 

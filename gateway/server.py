@@ -97,10 +97,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _result(calls.Answer.saying(str(exc)))
     if isinstance(opened, calls.Answer):
         return _result(opened)
-    job = await to_thread.run_sync(lambda: calls.Job.objects.get(job_id=opened.job_id))
     try:
         with anyio.fail_after(policy.timeout):
-            result = await upstreams.call_tool(upstream, policy.tool, arguments, key=job.idempotency_key)
+            result = await upstreams.call_tool(upstream, policy.tool, arguments, key=opened.idempotency_key)
     except TimeoutError:
         return _result(await _lose(opened, f"{policy.name} did not answer within {policy.timeout:g} s"))
     except anyio.get_cancelled_exc_class():

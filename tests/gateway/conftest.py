@@ -87,9 +87,13 @@ class Upstream:
         with sqlite3.connect(self.db) as connection:
             return connection.execute("SELECT count(*) FROM notes WHERE title = ?", (title,)).fetchone()[0]
 
-    def started(self, title: str) -> bool:
+    def receipts(self, title: str) -> int:
+        """How many calls with `hold` set the upstream received for this title."""
         with sqlite3.connect(self.db) as connection:
-            return bool(connection.execute("SELECT count(*) FROM started WHERE title = ?", (title,)).fetchone()[0])
+            return connection.execute("SELECT count(*) FROM started WHERE title = ?", (title,)).fetchone()[0]
+
+    def started(self, title: str) -> bool:
+        return self.receipts(title) > 0
 
     def dropped(self, title: str) -> bool:
         with sqlite3.connect(self.db) as connection:

@@ -51,10 +51,18 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
     TenantScope.objects.create(user=operator, all_tenants=True)
     client.force_login(operator)
     page = client.get(f"/jobs/{job.job_id}/")
-    assert page.status_code == 200 and secret not in page.content.decode() and "[redacted]" in page.content.decode()
+    html = page.content.decode()
+    assert page.status_code == 200 and secret not in html and "[redacted]" in html
+    # the page shows the call as what it is: tool, upstream, agent, arguments, the upstream's result
+    assert "MCP tool call" in html and "<code>create_note</code>" in html and "<dd>notes</dd>" in html
+    assert "mcp:coder:test-agent/1.0" in html and "The upstream&#x27;s result" in html and name in html
     # the same call with another secret is another call: the digest of the full arguments tells them apart
     again = call(gateway.url, token, "notes.create_note", {**arguments, "api_key": "sk-other"})
     assert "reckon/replay" not in again.meta and upstream.notes(name) == 2
+    replayed = call(gateway.url, token, "notes.create_note", arguments)
+    assert replayed.meta["reckon/replay"] is True
+    html = client.get(f"/jobs/{job.job_id}/").content.decode()
+    assert '<dd data-mcp-replays>1</dd>' in html and secret not in html
 
 
 def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants_tools(gateway, upstream):
