@@ -55,7 +55,7 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
     assert page.status_code == 200 and secret not in html and "[redacted]" in html
     # the page shows the call as what it is: tool, upstream, agent, arguments, the upstream's result
     assert "MCP tool call" in html and "<code>create_note</code>" in html and "<dd>notes</dd>" in html
-    assert "mcp:coder:test-agent/1.0" in html and "The upstream&#x27;s result" in html and name in html
+    assert "mcp:coder:test-agent/1.0" in html and "The upstream's result" in html and name in html
     # the same call with another secret is another call: the digest of the full arguments tells them apart
     again = call(gateway.url, token, "notes.create_note", {**arguments, "api_key": "sk-other"})
     assert "reckon/replay" not in again.meta and upstream.notes(name) == 2
