@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 from ledger.actions import Action, declared_action, register

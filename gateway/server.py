@@ -23,7 +23,8 @@ from starlette.routing import Mount, Route
 from api.tokens import authenticate
 from gateway import calls
 from gateway import upstream as upstreams
-from gateway.config import ToolPolicy, get_upstream, upstreams as declared_upstreams
+from gateway.config import ToolPolicy, get_upstream
+from gateway.config import upstreams as declared_upstreams
 
 logger = logging.getLogger("reckon.gateway")
 CONFIG_HINT = "declare it in the actions file (RECKON_ACTIONS_FILE) under [mcp.upstreams.tools.<tool>]"

@@ -67,6 +67,20 @@ effect = "reversible"
 """
 
 
+@pytest.fixture(scope="package", autouse=True)
+def _declarations_of_this_package_only():
+    """The MCP tools these tests declare are actions of this process while they run, and only then."""
+    from gateway import config
+    from ledger import actions
+
+    registered, declared = dict(actions._registry), dict(config._upstreams)
+    yield
+    actions._registry.clear()
+    actions._registry.update(registered)
+    config._upstreams.clear()
+    config._upstreams.update(declared)
+
+
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2):
@@ -106,7 +120,7 @@ class Upstream:
         self.db.with_name(f"{self.db.name}.drop-{hold}").touch()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def upstream(tmp_path_factory):
     folder = tmp_path_factory.mktemp("upstream")
     port = free_port()
@@ -119,7 +133,7 @@ def upstream(tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def actions_file(upstream, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("gateway") / "actions.toml"
     path.write_text(ACTIONS.format(url=upstream.url, python=sys.executable, script=UPSTREAM, db=upstream.db))
@@ -146,7 +160,7 @@ class Gateway(ManagedProcess):
         return answers(f"http://127.0.0.1:{self.port}/healthz")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(actions_file, django_db_setup, django_db_blocker):
     with Gateway(actions_file) as running:
         yield running

@@ -2,9 +2,9 @@
 the SDK's client: new key, replay, same key with other arguments, timeout → unknown → reconciled,
 not found → run again, undeclared tools, no token."""
 
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
