@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 
+import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -18,22 +19,38 @@ logger = logging.getLogger("reckon.gateway")
 # One long-lived client per upstream in a gateway process (opened by `shared`): a call then costs
 # one request to the upstream, not a connection, a protocol probe and a request.
 _shared: dict[str, Client] = {}
+RECONNECT_AFTER_S = 1.0
 
 
 @asynccontextmanager
 async def shared(upstreams: Iterable[Upstream]) -> AsyncIterator[None]:
-    """Open a client to each upstream for the life of the gateway (in its lifespan task); an
-    upstream that cannot be reached now is connected to per call instead."""
-    async with AsyncExitStack() as stack:
+    """Keep a client to each upstream for the life of the gateway, each in a task of its own: an
+    upstream that dies takes only its own client down (calls in flight on it become unknown), and
+    calls connect per call until it is connected again."""
+    async with anyio.create_task_group() as holders:
         for upstream in upstreams:
-            try:
-                _shared[upstream.name] = await stack.enter_async_context(connected(upstream))
-            except Exception as exc:
-                logger.warning("MCP upstream %s not reachable at start (%s): connecting per call", upstream.name, exc)
+            holders.start_soon(_hold, upstream)
         try:
             yield
         finally:
+            holders.cancel_scope.cancel()
             _shared.clear()
+
+
+async def _hold(upstream: Upstream) -> None:
+    while True:
+        client = None
+        try:
+            async with connected(upstream) as client:
+                _shared[upstream.name] = client
+                await anyio.sleep_forever()
+        except Exception as exc:
+            logger.warning("MCP upstream %s: connection lost or refused (%s); connecting per call meanwhile",
+                           upstream.name, exc)
+        finally:
+            if client is not None and _shared.get(upstream.name) is client:
+                _shared.pop(upstream.name)
+        await anyio.sleep(RECONNECT_AFTER_S)
 
 
 @asynccontextmanager

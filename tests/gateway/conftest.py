@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import sys
 import urllib.request
@@ -96,6 +98,13 @@ class Upstream:
     process: ManagedProcess
     url: str
     db: Path
+
+    def restart(self) -> None:
+        """SIGKILL it (a call in flight dies with it), then start it again on the same port and file."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.process.wait()
+        self.process = ManagedProcess(self.process.argv, log_name="mcp-upstream-restarted").start()
+        wait_for(lambda: answers(self.url), timeout=30, message="the restarted upstream")
 
     def notes(self, title: str) -> int:
         with sqlite3.connect(self.db) as connection:

@@ -79,3 +79,42 @@ def test_sigkill_of_the_gateway_mid_call_repeats_nothing_and_loses_nothing(actio
         assert "not repeated" in result["retry_answers"][0]
         assert "outcome unknown, not repeated" in result["retry_answers"][1]
         assert result["reconciled"] == "confirmed" and result["settled_replay"]
+
+
+def test_an_upstream_restarted_mid_call_leaves_the_call_unknown_until_reconciled_then_it_runs_once(
+        actions_file, gateway, upstream):
+    from api.tokens import worker_token_create
+
+    token = worker_token_create(name="chaos-agent", tenants=["acme"], actions=["*"]).token
+    totals = {"duplicates": 0, "lost": 0, "ran_while_unknown": 0}
+    with Gateway(actions_file, log_name="mcp-gateway-second") as second:
+        for _ in range(ROUNDS):
+            name = f"restart-{uuid.uuid4().hex[:8]}"
+            arguments = {"title": name, "body": "in flight", "hold": name}
+            outcome = {}
+
+            def agent_call(arguments=arguments, outcome=outcome):
+                outcome["first"] = call(gateway.url, token, "notes.create_note", arguments)
+
+            agent = threading.Thread(target=agent_call)
+            agent.start()
+            wait_for(lambda name=name: upstream.started(name), timeout=60, message="the upstream to receive the call")
+            upstream.restart()  # SIGKILL mid-call (nothing written), then up again on the same port and file
+            agent.join(timeout=60)
+            assert "outcome unknown, not repeated" in text(outcome["first"])
+
+            retry = call(second.url, token, "notes.create_note", arguments)  # through another gateway
+            assert "outcome unknown, not repeated" in text(retry)
+            totals["ran_while_unknown"] += upstream.receipts(name) - 1
+            job = Job.objects.get(action="mcp:notes.create_note", payload__arguments__title=name)
+            assert reconcile_job(job_id=job.job_id).outcome == "not_found"
+
+            upstream.release(name)
+            ran = call(second.url, token, "notes.create_note", arguments)
+            job.refresh_from_db()
+            totals["duplicates"] += max(upstream.notes(name) - 1, 0)
+            totals["lost"] += 0 if not ran.is_error and job.status == JobStatus.SUCCEEDED \
+                and upstream.notes(name) == 1 else 1
+    print(f"\nupstream restarted mid-call, {ROUNDS} rounds: {totals}")
+
+    assert totals == {"duplicates": 0, "lost": 0, "ran_while_unknown": 0}
