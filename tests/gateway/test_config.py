@@ -68,3 +68,17 @@ def test_a_bad_declaration_is_refused_naming_the_file_the_upstream_and_the_tool(
     with pytest.raises(DeclarationError, match="^actions.toml: MCP upstream 'crm'") as refused:
         parse_upstream(table, source="actions.toml")
     assert message in str(refused.value)
+
+
+def test_a_worker_pulling_any_job_is_never_handed_a_tool_call_of_the_gateway(tmp_path, db):
+    from api.claims import claim_scope
+    from api.tokens import worker_token_create
+
+    path = tmp_path / "actions.toml"
+    path.write_text('[[mcp.upstreams]]\nname = "pulled"\ntenant = "acme"\nurl = "http://127.0.0.1:9/mcp"\n'
+                    '[mcp.upstreams.tools.send]\neffect = "reversible"\n')
+    load_upstreams(path)
+    token = worker_token_create(name="any", tenants=["*"], actions=["*"]).worker_token
+
+    assert "mcp:pulled.send" not in claim_scope(token, actions=None, tenants=None).actions
+    assert "mcp:pulled.send" in claim_scope(token, actions=["mcp:pulled.send"], tenants=None).actions
