@@ -52,6 +52,20 @@ effect = "reversible"
 key = "meta"
 
 [[mcp.upstreams]]
+name = "ledgerbook"
+tenant = "acme"
+url = "{url}"
+
+[mcp.upstreams.tools.create_note]
+effect = "irreversible"
+approval = "replay"
+timeout = 2
+reconcile = {{ tool = "find_note", arguments = {{ title = "title" }} }}
+
+[mcp.upstreams.tools.find_note]
+effect = "none"
+
+[[mcp.upstreams]]
 name = "globex_notes"
 tenant = "globex"
 url = "{url}"

@@ -118,3 +118,29 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
     assert again.meta["reckon/replay"] is True and '"deleted": 1' in text(again)
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
+
+
+def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_before_it_runs_again(
+        gateway, upstream, approver):
+    from reconciliation.passes import reconcile_job
+    from tests.processes import wait_for
+
+    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"]).token
+    name = title()
+    arguments = {"title": name, "body": "entry", "hold": name}
+    lost = call(gateway.url, token, "ledgerbook.create_note", arguments)  # approval = "replay": the first call runs
+    assert "outcome unknown, not repeated" in text(lost)
+    upstream.drop(name)
+    wait_for(lambda: upstream.dropped(name), timeout=30, message="the held call to end")
+    job = Job.objects.get(action="mcp:ledgerbook.create_note")
+
+    assert reconcile_job(job_id=job.job_id).outcome == "not_found"
+
+    held = call(gateway.url, token, "ledgerbook.create_note", arguments)
+    assert "awaiting approval" in text(held) and upstream.notes(name) == 0
+    approve(request_id=ApprovalRequest.objects.get(job=job).pk, user=approver, note="nothing was written: run it")
+    upstream.release(name)
+    ran = call(gateway.url, token, "ledgerbook.create_note", arguments)
+    assert not ran.is_error and upstream.notes(name) == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
