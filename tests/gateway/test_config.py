@@ -82,3 +82,29 @@ def test_a_worker_pulling_any_job_is_never_handed_a_tool_call_of_the_gateway(tmp
 
     assert "mcp:pulled.send" not in claim_scope(token, actions=None, tenants=None).actions
     assert "mcp:pulled.send" in claim_scope(token, actions=["mcp:pulled.send"], tenants=None).actions
+
+
+def test_an_irreversible_tools_first_call_is_held_unrun_and_the_queue_says_so(tmp_path, db):
+    from api.tokens import worker_token_create
+    from console.selectors.triage import triage
+    from gateway.calls import Answer, open_call
+    from ledger.models import Job
+    from ledger.services import latest_attempt
+    from ledger.states import Execution, JobStatus, SideEffect
+
+    path = tmp_path / "actions.toml"
+    path.write_text('[[mcp.upstreams]]\nname = "vault_cfg"\ntenant = "acme"\nurl = "http://127.0.0.1:9/mcp"\n'
+                    '[mcp.upstreams.tools.rotate]\neffect = "irreversible"\nredact = ["old_secret"]\n')
+    [declared] = load_upstreams(path)
+    token = worker_token_create(name="ops-agent", tenants=["acme"], actions=["*"]).worker_token
+
+    answer = open_call(token=token, policy=declared.tools["rotate"], arguments={"name": "db", "old_secret": "x1"},
+                       meta={}, agent="mcp:ops-agent:cli/1")
+
+    assert isinstance(answer, Answer) and answer.is_error and "awaiting approval" in answer.content[0]["text"]
+    job = Job.objects.get(action="mcp:vault_cfg.rotate")
+    attempt = latest_attempt(job)
+    assert job.status == JobStatus.AWAITING_APPROVAL and job.payload["arguments"]["old_secret"] == "[redacted]"
+    assert (attempt.execution_state, attempt.side_effect_state) == (Execution.FAILED, SideEffect.NOT_ATTEMPTED)
+    why = triage(job, attempt, None)
+    assert "first call of this irreversible MCP tool" in why.reason and not why.sent
