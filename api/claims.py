@@ -59,8 +59,10 @@ def claim_scope(token: WorkerToken, *, actions: list[str] | None, tenants: list[
             raise ApiError(403, "forbidden", f"token {token.prefix}… may not run action(s) {', '.join(refused)}")
         chosen = frozenset(actions)
     else:
+        # The MCP gateway runs its tools' jobs (`mcp:` actions) itself: a worker gets one only by naming it.
         chosen = frozenset(
-            a.name for a in registered_actions() if a.external and (ALL in token.actions or a.name in token.actions)
+            a.name for a in registered_actions()
+            if a.external and not a.name.startswith("mcp:") and (ALL in token.actions or a.name in token.actions)
         )
     if tenants is not None:
         refused = sorted({t for t in tenants if ALL not in token.tenants and t not in token.tenants})

@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "chaos",
     "bench",
     "alerts",
+    "gateway",
 ]
 
 MIDDLEWARE = [
@@ -252,6 +253,8 @@ _ACTIONS_FILE = setting("RECKON_ACTIONS_FILE", "", Str, "Your declared actions (
 RECKON_ACTIONS_FILE_REQUIRED = bool(_ACTIONS_FILE)
 RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or PROJECT_DIR / "actions.toml")
 RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
+# The MCP gateway (gateway/): `make run` starts `mcp_gateway` on this URL's host and port.
+RECKON_MCP_GATEWAY_URL = setting("RECKON_MCP_GATEWAY_URL", "http://127.0.0.1:8300/mcp", Url, "Where `make run` serves the MCP gateway (agents' tool calls to the MCP upstreams the actions file declares).", group=ACTIONS)
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)

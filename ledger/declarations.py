@@ -96,7 +96,7 @@ def load_actions_file(path: Path | str, *, required: bool) -> list[Action]:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
-    unexpected = set(document) - {"actions"}
+    unexpected = set(document) - {"actions", "mcp"}  # [mcp]: MCP upstreams, read by gateway/config.py
     if unexpected:
         raise DeclarationError(f"{path}: unknown top-level key(s) {', '.join(sorted(unexpected))}; "
                                'declare each action as a table [actions."name"]')

@@ -30,6 +30,7 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
     sandbox = urlsplit(settings.RECKON_SANDBOX_URL)
     smtp_lookup = urlsplit(settings.RECKON_SMTP_LOOKUP_URL)
+    gateway = urlsplit(settings.RECKON_MCP_GATEWAY_URL)
     providers = [
         Child("sandbox", manage + ["sandbox", "--host", sandbox.hostname, "--port", str(sandbox.port or 80),
                                    "--db", str(Path(settings.BASE_DIR) / ".sandbox" / "demo.sqlite3")]),
@@ -66,6 +67,7 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
         Child("reconciler", manage + ["reconcile", "--loop"]),
+        Child("gateway", manage + ["mcp_gateway", "--host", gateway.hostname, "--port", str(gateway.port or 80)]),
     ] + ([workload] if demo else [])
 
 

@@ -53,6 +53,30 @@ class JobRecord:
         return latest if latest is not None and latest.status == ApprovalStatus.EXPIRED else None
 
 
+@dataclass(frozen=True)
+class McpCall:
+    """A tool call the MCP gateway journaled (an `mcp:` action), as the job's page shows it."""
+
+    upstream: str
+    tool: str
+    agents: list[str]  # the attempts' workers: the agent's token name and its MCP client
+    arguments: dict  # as recorded: redacted arguments never reach the ledger
+    result: dict | None  # the upstream's result (or tool error), or what the reconciler found
+    answered_from_ledger: int  # later calls with the same key, answered without calling the upstream
+
+
+def mcp_call(record: JobRecord) -> McpCall | None:
+    if not record.job.action.startswith("mcp:"):
+        return None
+    payload = record.job.payload
+    results = [event.evidence["mcp_result"] for event in record.events if "mcp_result" in event.evidence]
+    agents = list(dict.fromkeys(a.lease_owner for a in record.attempts if a.lease_owner)) or \
+        list(dict.fromkeys(e.actor for e in record.events if e.kind == EventKind.ENQUEUED))
+    return McpCall(upstream=payload.get("upstream", ""), tool=payload.get("tool", ""), agents=agents,
+                   arguments=payload.get("arguments", {}), result=results[-1] if results else None,
+                   answered_from_ledger=sum(1 for e in record.events if e.kind == EventKind.ENQUEUE_REPEATED))
+
+
 def job_record(job_id: str, fence: TenantFence) -> JobRecord:
     """404 for a job outside the fence, exactly as for a missing one."""
     job = get_object_or_404(fence.jobs(), job_id=job_id)

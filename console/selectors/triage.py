@@ -16,7 +16,7 @@ from django.conf import settings
 
 from ledger import endpoints
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.states import UNKNOWN_WORK, EventKind, Execution, JobStatus
+from ledger.states import UNKNOWN_WORK, EventKind, Execution, JobStatus, SideEffect
 
 # Events that say nothing about why a job waits: refusals and repeats leave its state as it was.
 QUIET_KINDS = (
@@ -110,6 +110,12 @@ def triage(job: Job, attempt: Attempt | None, event: LedgerEvent | None) -> Tria
     if job.status == JobStatus.ESCALATED:
         who = f"escalated by {event.actor}" if kind in (EventKind.OPERATOR_ESCALATED, EventKind.RECONCILED_CONFLICT) else "escalated"
         return Triage(f"{who}: {note}" if note else who, "someone with more context decides")
+    if job.status == JobStatus.AWAITING_APPROVAL and attempt is not None \
+            and attempt.side_effect_state == SideEffect.NOT_ATTEMPTED and job.action.startswith("mcp:"):
+        # The MCP gateway asks before an irreversible tool's first call: nothing has run.
+        return Triage("an agent's first call of this irreversible MCP tool waits for a second person; nothing has run",
+                      "an approver approves or rejects it on the Approvals page; the agent's next identical call "
+                      "then runs it", sent=False)
     if job.status == JobStatus.AWAITING_APPROVAL:
         return Triage("a replay of this irreversible action waits for a second person",
                       "an approver approves or rejects it on the Approvals page")

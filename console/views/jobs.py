@@ -7,7 +7,7 @@ from django_htmx.http import trigger_client_event
 
 from console.access import OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DECISION_LABELS, DecisionForm
-from console.selectors.job import job_record
+from console.selectors.job import job_record, mcp_call
 from console.selectors.queue import next_in_queue
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import Policy, declared_action
@@ -130,6 +130,7 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
     return {
         "record": record,
         "job": record.job,
+        "mcp": mcp_call(record),
         "action": action,
         "policy": policy,
         "policy_now": policy_now,

@@ -51,6 +51,10 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     # The rate-limited backlog drained, and the sandbox did refuse: the limit was really there.
     rate_limit = report["rate_limit"]
     assert rate_limit["requests"] >= rate_limit["jobs"] and rate_limit["seconds"] >= rate_limit["ideal_s"] * 0.9
+    # MCP tool calls through the gateway and directly, 1 and 4 clients
+    assert [row["clients"] for row in report["mcp"]] == [1, 4]
+    assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"])
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
-                                      "rate_limit_drain_vs_ideal", "rate_limit_share_429"}
+                                      "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
+                                      "mcp_ratio_at_4"}

@@ -16,6 +16,8 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
 - `python-webhook`: the handler, called with requests signed the way Reckon signs them.
 - `diagram`: every function, state and file it names exists in the code.
 - `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
+- `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway the `run`
+  blocks start, with the token from the environment.
 
 A block with no check, or an unknown one, fails the suite.
 """
@@ -44,7 +46,8 @@ from tests.reconciliation.helpers import assert_ledger_clean
 README = ROOT / "README.md"
 README_URL = "http://127.0.0.1:8000"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
-KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "chaos-table"}
+KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "chaos-table",
+         "mcp-client-config"}
 STATE = "reckon-readme-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
@@ -176,6 +179,15 @@ def test_every_name_in_the_diagram_exists():
         assert (ROOT / path).is_file(), path
 
 
+def test_the_mcp_client_configuration_points_at_the_gateway_the_readme_starts():
+    (block,) = of_kind("mcp-client-config")
+    server = json.loads(block.text)["mcpServers"]["reckon"]
+    started = re.search(r"manage.py mcp_gateway --port (\d+)", README.read_text()).group(1)
+    assert server["type"] == "http" and server["url"] == f"http://127.0.0.1:{started}/mcp"
+    assert server["headers"] == {"Authorization": "Bearer ${RECKON_MCP_TOKEN}"}
+    assert "export RECKON_MCP_TOKEN=" in README.read_text()
+
+
 def test_the_chaos_table_has_the_shape_the_chaos_command_prints():
     (block,) = of_kind("chaos-table")
     lines = block.text.rstrip("\n").splitlines()
@@ -247,7 +259,8 @@ def test_every_command_runs_as_written_beside_make_run(tmp_path):
     # says (8765, 8025 and 8026 may be taken on this machine).
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "LANG": "C.UTF-8",
            "DATABASE_URL": database_url_of_tests(), "RECKON_SANDBOX_URL": f"http://127.0.0.1:{free_port()}",
-           "RECKON_SMTP_PORT": str(free_port()), "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{free_port()}"}
+           "RECKON_SMTP_PORT": str(free_port()), "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{free_port()}",
+           "RECKON_MCP_GATEWAY_URL": f"http://127.0.0.1:{free_port()}/mcp"}
     (tmp_path / STATE).write_text("")
     stack = None
     try:

@@ -74,14 +74,15 @@ def scratch_cluster():
 
 
 def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_database_on_ctrl_c(scratch_cluster):
-    port = _free_port()
+    port, gateway_port = _free_port(), _free_port()
     stack = ManagedProcess([sys.executable, str(ROOT / "manage.py"), "runstack", "--port", str(port),
                             "--web-workers", "1"],
                            env={"RECKON_DEBUG": "true", "RECKON_PGDATA_DIR": str(scratch_cluster.folder),
                                 "RECKON_PG_PORT": str(scratch_cluster.port),
                                 "RECKON_SANDBOX_URL": f"http://127.0.0.1:{_free_port()}",
                                 "RECKON_SMTP_PORT": str(_free_port()),
-                                "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{_free_port()}"},
+                                "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{_free_port()}",
+                                "RECKON_MCP_GATEWAY_URL": f"http://127.0.0.1:{gateway_port}/mcp"},
                            log_name="runstack")
     stack.env.pop("DATABASE_URL", None)  # the embedded cluster, which runstack starts itself
     stack.start()
@@ -108,13 +109,14 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_data
                                            headers={"Referer": f"{base}/accounts/login/"}))
         overview = opener.open(f"{base}/").read().decode()
         assert "Jobs by status" in overview and "operator" in overview
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{gateway_port}"), timeout=60, message="the MCP gateway")
 
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(timeout=60) == 0
         wait_for(lambda: not any(_alive(pid) for pid in children), timeout=15,
                  message="every child to exit")
         for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped smtp",
-                     "stopped workload", "stopped the embedded PostgreSQL"):
+                     "stopped workload", "stopped gateway", "stopped the embedded PostgreSQL"):
             assert name in stack.output()
         assert not _alive(postmaster) and not scratch_cluster.running()
     finally:
@@ -125,7 +127,8 @@ def test_runstack_without_the_demo_serves_in_production_mode_with_no_demo_user()
     port = _free_port()
     stack = ManagedProcess([sys.executable, str(ROOT / "manage.py"), "runstack", "--no-demo", "--port", str(port),
                             "--web-workers", "1"], log_name="runstack-no-demo")
-    stack.env = production_env(DATABASE_URL=database_url_of_tests())
+    stack.env = production_env(DATABASE_URL=database_url_of_tests(),
+                               RECKON_MCP_GATEWAY_URL=f"http://127.0.0.1:{_free_port()}/mcp")
     stack.start()
     try:
         base = f"http://127.0.0.1:{port}"

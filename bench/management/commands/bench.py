@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from bench import drain, http_cycle, providers, sections
+from bench import drain, http_cycle, mcp, providers, sections
 from chaos.world import World
 
 TARGETS = {
@@ -21,10 +21,12 @@ TARGETS = {
     "drain_latency_ratio": 0.9,
     "rate_limit_drain_vs_ideal": 1.2,
     "rate_limit_share_429": 0.01,
+    "mcp_added_p50_ms_at_1": 5.0,
+    "mcp_ratio_at_4": 0.5,
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit")
+SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp")
 
 
 class Command(BaseCommand):
@@ -85,6 +87,10 @@ class Command(BaseCommand):
                 self._section(f"a backlog of {jobs:,} unknown jobs drained against a limit of {limit:g} lookups/s")
                 report["rate_limit"] = providers.rate_limit(world, jobs=jobs, limit=limit)
                 self._rows([report["rate_limit"]])
+            if "mcp" in run:
+                self._section("MCP tool calls through the gateway (journaled) vs the same upstream directly")
+                report["mcp"] = mcp.mcp_calls(world, seconds=seconds)
+                self._rows(report["mcp"])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -152,6 +158,9 @@ class Command(BaseCommand):
         if "rate_limit" in report:
             measured["rate_limit_drain_vs_ideal"] = report["rate_limit"]["drain_vs_ideal"]
             measured["rate_limit_share_429"] = report["rate_limit"]["share_429"]
+        if "mcp" in report:
+            measured["mcp_added_p50_ms_at_1"] = next(r for r in report["mcp"] if r["clients"] == 1)["added_p50_ms"]
+            measured["mcp_ratio_at_4"] = next(r for r in report["mcp"] if r["clients"] == 4)["ratio"]
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():

@@ -1,0 +1,118 @@
+"""Tool calls through the MCP gateway beside the same calls made directly to the upstream.
+
+The upstream is examples/mcp_notes_server.py (Streamable HTTP, stateless) on the world's folder;
+the gateway is `manage.py mcp_gateway` on the world's database. Each client is a process of its
+own holding one SDK client session and calling `create_note` (a side-effecting, journaled tool)
+in a loop; the direct and the gateway runs alternate, so load from elsewhere falls on both alike.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import sys
+import time
+import uuid
+
+from django.db import connections
+
+from chaos.world import ROOT, Worker, World, _answers, wait_until
+from sandbox.testing import free_port
+
+SERVER = ROOT / "examples" / "mcp_notes_server.py"
+ACTIONS = """
+[[mcp.upstreams]]
+name = "notes"
+tenant = "bench"
+url = "{url}"
+
+[mcp.upstreams.tools.create_note]
+effect = "reversible"
+reconcile = {{ tool = "find_note", arguments = {{ title = "title" }} }}
+
+[mcp.upstreams.tools.find_note]
+effect = "none"
+"""
+
+
+def _client_loop(url: str, token: str, tool: str, seconds: float, queue) -> None:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def loop() -> list[float]:
+        latencies = []
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                await client.call_tool(tool, {"title": f"warm-{uuid.uuid4().hex}", "body": "b"})
+                started = time.monotonic()
+                while time.monotonic() - started < seconds:
+                    begun = time.perf_counter()
+                    result = await client.call_tool(tool, {"title": uuid.uuid4().hex, "body": "b"})
+                    latencies.append(time.perf_counter() - begun)
+                    if result.is_error:
+                        raise RuntimeError(f"{tool} failed: {result.content}")
+        return latencies
+
+    try:
+        queue.put(anyio.run(loop))
+    except BaseException as exc:
+        queue.put(exc)
+
+
+def _run(url: str, token: str, tool: str, clients: int, seconds: float) -> dict:
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    procs = [context.Process(target=_client_loop, args=(url, token, tool, seconds, queue)) for _ in range(clients)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join()
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
+    latencies = sorted(x for r in results for x in r)
+    return {"calls_per_s": round(len(latencies) / seconds, 1),
+            "p50_ms": round(statistics.median(latencies) * 1000, 2),
+            "p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2)}
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def mcp_calls(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
+    from api.tokens import worker_token_create
+
+    port = free_port()
+    upstream_url = f"http://127.0.0.1:{port}/mcp"
+    world.workers.append(Worker(world, "mcp-upstream", {}, [sys.executable, str(SERVER), "--db",
+                                                           str(world.workdir / "notes.sqlite3"), "--port", str(port)]))
+    wait_until(lambda: _listening(port), timeout=60, what="the upstream MCP server to listen")
+    actions = world.workdir / "mcp-actions.toml"
+    actions.write_text(ACTIONS.format(url=upstream_url))
+    gateway_port = free_port()
+    world.workers.append(Worker(world, "mcp-gateway", {"RECKON_ACTIONS_FILE": str(actions), "RECKON_DEBUG": "false",
+                                                       "RECKON_SECRET_KEY": uuid.uuid4().hex * 2},
+                                [sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(gateway_port)]))
+    wait_until(lambda: _answers(f"http://127.0.0.1:{gateway_port}/healthz"), timeout=60,
+               what="the MCP gateway to answer")
+    token = worker_token_create(name="bench-agent", tenants=["bench"], actions=["*"]).token
+    gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"
+    rows = []
+    for count in clients:
+        direct = _run(upstream_url, token, "create_note", count, seconds)
+        through = _run(gateway_url, token, "notes.create_note", count, seconds)
+        rows.append({"clients": count, "direct_calls_per_s": direct["calls_per_s"],
+                     "gateway_calls_per_s": through["calls_per_s"],
+                     "ratio": round(through["calls_per_s"] / max(direct["calls_per_s"], 0.001), 2),
+                     "direct_p50_ms": direct["p50_ms"], "gateway_p50_ms": through["p50_ms"],
+                     "added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 2),
+                     "added_p95_ms": round(through["p95_ms"] - direct["p95_ms"], 2)})
+    return rows

@@ -1,0 +1,260 @@
+"""MCP upstreams and their tools' policies, declared in the actions file beside the actions.
+
+    [[mcp.upstreams]]
+    name = "notes"                                  # tools are called as "notes.<tool>"
+    tenant = "acme"                                 # the tenant whose jobs these calls are
+    url = "http://127.0.0.1:9100/mcp"               # Streamable HTTP; or command = ["python", "server.py"]
+    headers = { Authorization = "NOTES_AUTHORIZATION" }  # header -> environment variable holding it
+    timeout = 10                                    # seconds, for every tool without its own
+
+    [mcp.upstreams.tools.create_note]
+    effect = "reversible"                           # "none" (read-only, passed through), "reversible", "irreversible"
+    key = "arguments"                               # "arguments" (canonical JSON with tenant and tool),
+                                                    # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"])
+    timeout = 5
+    redact = ["api_key"]                            # never written to the ledger nor shown
+    reconcile = { tool = "find_note", arguments = { title = "title" } }  # "$key": the idempotency key
+    # or reconciler = "python:dotted.path" | "webhook" (with webhook_url, webhook_secrets) | "external"
+
+    [mcp.upstreams.tools.delete_notes]
+    effect = "irreversible"
+    approval = "first_call"                         # or "replay": only before a replay after an unknown
+
+Each side-effecting tool is registered as the action `mcp:<upstream>.<tool>` (worker tokens name
+it in their actions). A bad declaration stops start-up with one message naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledger.actions import Action, declared_action, register
+from ledger.declarations import DeclarationError, parse_action
+
+EFFECTS = ("none", "reversible", "irreversible")
+APPROVALS = ("first_call", "replay")
+META_KEY = "reckon/idempotency_key"  # where a client passes its own key, in the call's _meta
+# The reconciler of every tool that reconciles through a read-only tool of its upstream.
+LOOKUP_RECONCILER = "gateway.reconcile.look_up"
+UPSTREAM_KEYS = {"name", "tenant", "url", "command", "env", "headers", "timeout", "tools"}
+TOOL_KEYS = {"effect", "key", "timeout", "redact", "reconcile", "approval", "max_attempts",
+             "reconciler", "webhook_url", "webhook_secrets", "webhook_timeout", "reconciliation_lease",
+             "runbook_url", "check_by_hand"}
+# Keys a tool passes on to the ledger's own declaration parser (ledger/declarations.py).
+PASSED_ON = ("reconciler", "webhook_url", "webhook_secrets", "webhook_timeout", "reconciliation_lease",
+             "max_attempts", "runbook_url", "check_by_hand")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """How to reconcile through a read-only tool: call `tool` with arguments taken from the
+    original call (`arguments`: lookup argument -> call argument, or "$key"); a non-empty answer
+    means found (confirmed, the answer recorded as the result), an empty one not_found."""
+
+    tool: str
+    arguments: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    upstream: str
+    tool: str
+    effect: str
+    key: str = "arguments"
+    timeout: float = 10.0
+    redact: tuple[str, ...] = ()
+    lookup: Lookup | None = None
+    approval: str = "replay"
+
+    @property
+    def name(self) -> str:
+        """The name the agent calls it by."""
+        return f"{self.upstream}.{self.tool}"
+
+    @property
+    def action(self) -> str:
+        """The ledger action its calls are jobs of (and worker tokens are scoped to)."""
+        return f"mcp:{self.name}"
+
+    @property
+    def journaled(self) -> bool:
+        return self.effect != "none"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    name: str
+    tenant: str
+    url: str = ""
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # stdio: variable -> environment variable holding it
+    headers: dict[str, str] = field(default_factory=dict)  # header -> environment variable holding it
+    tools: dict[str, ToolPolicy] = field(default_factory=dict)
+    source: str = ""
+
+    def header_values(self) -> dict[str, str]:
+        return {header: os.environ.get(variable, "") for header, variable in self.headers.items()}
+
+    def env_values(self) -> dict[str, str]:
+        return {name: os.environ.get(variable, "") for name, variable in self.env.items()}
+
+
+_upstreams: dict[str, Upstream] = {}
+
+
+def upstreams() -> list[Upstream]:
+    return list(_upstreams.values())
+
+
+def get_upstream(name: str) -> Upstream | None:
+    return _upstreams.get(name)
+
+
+def policy_for_action(action: str) -> ToolPolicy | None:
+    """The tool policy behind an `mcp:` action, or None."""
+    upstream, _, tool = action.removeprefix("mcp:").partition(".")
+    found = _upstreams.get(upstream) if action.startswith("mcp:") else None
+    return found.tools.get(tool) if found else None
+
+
+def load_upstreams(path: Path | str) -> list[Upstream]:
+    """Register the file's MCP upstreams and an action per side-effecting tool (nothing without a file)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    document = tomllib.loads(path.read_text(encoding="utf-8"))  # the ledger has read it already
+    tables = document.get("mcp", {})
+    if not isinstance(tables, dict) or set(tables) - {"upstreams"}:
+        raise DeclarationError(f"{path}: the mcp table holds only [[mcp.upstreams]]")
+    loaded = [parse_upstream(table, source=str(path)) for table in tables.get("upstreams", [])]
+    names = [upstream.name for upstream in loaded]
+    if len(set(names)) != len(names):
+        raise DeclarationError(f"{path}: an MCP upstream name is declared twice: {', '.join(names)}")
+    for upstream, table in zip(loaded, tables.get("upstreams", []), strict=True):
+        _upstreams[upstream.name] = upstream
+        for name, policy in upstream.tools.items():
+            if not policy.journaled:
+                continue
+            already = declared_action(policy.action)
+            if already is not None and "(MCP upstream" not in already.source:
+                raise DeclarationError(f"{path}: action {policy.action} is declared twice (also in {already.source})")
+            register(_action_of(policy, table["tools"][name], source=str(path)))
+    return loaded
+
+
+def parse_upstream(table, *, source: str) -> Upstream:
+    if not isinstance(table, dict):
+        raise DeclarationError(f"{source}: each [[mcp.upstreams]] must be a table")
+    name = table.get("name")
+
+    def refuse(problem: str) -> DeclarationError:
+        return DeclarationError(f"{source}: MCP upstream {name!r}: {problem}")
+
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise refuse("name is required: letters, digits, _ and - only")
+    unknown = sorted(set(table) - UPSTREAM_KEYS)
+    if unknown:
+        raise refuse(f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(UPSTREAM_KEYS))}")
+    tenant = table.get("tenant")
+    if not isinstance(tenant, str) or not tenant.strip():
+        raise refuse("tenant is required: the tenant whose jobs its calls are")
+    url, command = table.get("url", ""), table.get("command", [])
+    if bool(url) == bool(command):
+        raise refuse("give either url (Streamable HTTP) or command (stdio), not both")
+    if url and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        raise refuse(f"url must be an http(s) URL, got {url!r}")
+    if command and not (isinstance(command, list) and all(isinstance(part, str) and part for part in command)):
+        raise refuse("command must be a list of strings: the program and its arguments")
+    headers, env = table.get("headers", {}), table.get("env", {})
+    for key, mapping in (("headers", headers), ("env", env)):
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) and v for v in mapping.values()):
+            raise refuse(f"{key} maps each name to the environment variable holding its value "
+                         "(values are never written in the file)")
+    timeout = table.get("timeout", 10)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
+        raise refuse("timeout must be more than 0 and at most 600 seconds")
+    tools = table.get("tools", {})
+    if not isinstance(tools, dict) or not tools:
+        raise refuse("declare its tools: [mcp.upstreams.tools.<tool>] with an effect each; "
+                     "undeclared tools are refused")
+    policies = {tool: _parse_tool(name, tool, spec, float(timeout), refuse) for tool, spec in tools.items()}
+    for policy in policies.values():
+        if policy.lookup and (policy.lookup.tool not in policies or policies[policy.lookup.tool].journaled):
+            raise refuse(f"tool {policy.tool}: reconcile.tool {policy.lookup.tool!r} must be a declared "
+                         'read-only tool (effect = "none") of the same upstream')
+    return Upstream(name=name, tenant=tenant.strip(), url=url, command=tuple(command), env=dict(env),
+                    headers=dict(headers), tools=policies, source=source)
+
+
+def _parse_tool(upstream: str, tool: str, spec, timeout: float, refuse) -> ToolPolicy:
+    def problem(text: str) -> DeclarationError:
+        return refuse(f"tool {tool}: {text}")
+
+    if not isinstance(spec, dict):
+        raise problem("must be a table of settings")
+    if not tool or not all(c.isalnum() or c in "_-." for c in tool):
+        raise problem("a tool name has letters, digits, _ - and . only")
+    unknown = sorted(set(spec) - TOOL_KEYS)
+    if unknown:
+        raise problem(f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(TOOL_KEYS))}")
+    effect = spec.get("effect")
+    if effect not in EFFECTS:
+        raise problem(f'effect must be one of {", ".join(EFFECTS)}, got {effect!r}')
+    if effect == "none":
+        extra = sorted(set(spec) - {"effect", "timeout"})
+        if extra:
+            raise problem(f"a read-only tool is passed through and not journaled: {', '.join(extra)} do not apply")
+    key = spec.get("key", "arguments")
+    if not isinstance(key, str) or not (key in ("arguments", "meta") or
+                                        (key.startswith("argument:") and key.removeprefix("argument:"))):
+        raise problem(f'key must be "arguments", "argument:<name>" or "meta", got {key!r}')
+    tool_timeout = spec.get("timeout", timeout)
+    if isinstance(tool_timeout, bool) or not isinstance(tool_timeout, (int, float)) or not 0 < tool_timeout <= 600:
+        raise problem("timeout must be more than 0 and at most 600 seconds")
+    redact = spec.get("redact", [])
+    if not isinstance(redact, list) or not all(isinstance(name, str) and name for name in redact):
+        raise problem("redact must be a list of argument names")
+    approval = spec.get("approval", "first_call" if effect == "irreversible" else "replay")
+    if approval not in APPROVALS or (effect != "irreversible" and "approval" in spec):
+        raise problem('approval is for irreversible tools: "first_call" or "replay"')
+    lookup = None
+    if "reconcile" in spec:
+        rule = spec["reconcile"]
+        if "reconciler" in spec:
+            raise problem("give reconcile (a read-only tool) or reconciler, not both")
+        if not isinstance(rule, dict) or set(rule) - {"tool", "arguments"} or not isinstance(rule.get("tool"), str):
+            raise problem('reconcile = { tool = "<read-only tool>", arguments = { <its argument> = "<call argument>" } }')
+        arguments = rule.get("arguments", {})
+        if not isinstance(arguments, dict) or not all(isinstance(v, str) and v for v in arguments.values()):
+            raise problem('reconcile.arguments maps each lookup argument to a call argument (or "$key")')
+        hidden = sorted(set(arguments.values()) & set(redact))
+        if hidden:
+            raise problem(f"reconcile.arguments cannot use redacted arguments ({', '.join(hidden)}): "
+                          "the ledger never holds them")
+        lookup = Lookup(tool=rule["tool"], arguments=dict(arguments))
+    return ToolPolicy(upstream=upstream, tool=tool, effect=effect, key=key, timeout=float(tool_timeout),
+                      redact=tuple(redact), lookup=lookup, approval=approval)
+
+
+def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:
+    """The ledger action of a side-effecting tool, checked by the ledger's own declaration parser."""
+    declaration = {key: spec[key] for key in PASSED_ON if key in spec}
+    if policy.lookup is not None:
+        declaration["reconciler"] = f"python:{LOOKUP_RECONCILER}"
+    queryable = declaration.get("reconciler", "none") != "none"
+    declaration |= {
+        "executor": "external",  # the gateway runs it; no django-q2 worker does
+        "reversible": policy.effect == "reversible",
+        "queryable": queryable,
+        # The lease outlives the upstream's timeout: a gateway that dies mid-call leaves an
+        # expired lease with the side effect submitted, which the sweeper makes unknown.
+        "lease_ttl": policy.timeout + 5,
+    }
+    if policy.effect == "irreversible" and policy.approval == "first_call":
+        # The first attempt is closed unrun when approval is asked; the approved one follows it.
+        declaration["max_attempts"] = declaration.get("max_attempts", 3) + 1
+    action = parse_action(policy.action, declaration, source=source)
+    return Action(**{**action.__dict__, "source": f"{source} (MCP upstream {policy.upstream})"})

@@ -1,0 +1,169 @@
+"""The gateway: an MCP server (Streamable HTTP, stateless) in front of the declared upstreams.
+
+`tools/list` shows the declared tools the caller's worker token may call, named
+`<upstream>.<tool>`; `tools/call` passes a read-only tool through and journals every other one
+(gateway/calls.py). Being stateless, any gateway process can serve any request: what a call
+must remember lives in the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+import anyio
+import mcp_types as types
+from anyio import to_thread
+from mcp.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from api.tokens import authenticate
+from gateway import calls
+from gateway import upstream as upstreams
+from gateway.config import ToolPolicy, get_upstream
+from gateway.config import upstreams as declared_upstreams
+
+logger = logging.getLogger("reckon.gateway")
+CONFIG_HINT = "declare it in the actions file (RECKON_ACTIONS_FILE) under [mcp.upstreams.tools.<tool>]"
+
+
+def _token(ctx):
+    return ctx.request.scope["reckon.worker_token"]
+
+
+def _agent(ctx) -> str:
+    """The attempt's worker: the token's name and the MCP client's clientInfo."""
+    params = ctx.session.client_params
+    client = f"{params.client_info.name}/{params.client_info.version}" if params and params.client_info else "client"
+    return f"mcp:{_token(ctx).name}:{client}"[:200]
+
+
+def _policy(name: str) -> ToolPolicy:
+    upstream_name, _, tool = name.partition(".")
+    upstream = get_upstream(upstream_name)
+    if upstream is None:
+        raise LookupError(f"no MCP upstream {upstream_name!r} is declared; tools are called as <upstream>.<tool>")
+    policy = upstream.tools.get(tool)
+    if policy is None:
+        raise LookupError(f"tool {tool!r} of upstream {upstream_name} is not declared, so it is refused: {CONFIG_HINT}")
+    return policy
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    token = _token(ctx)
+    listed = []
+    for upstream in declared_upstreams():
+        allowed = {name for name, policy in upstream.tools.items()
+                   if token.allows(tenant=upstream.tenant, action=policy.action)}
+        if not allowed:
+            continue
+        try:
+            with anyio.fail_after(10):
+                tools = await upstreams.list_tools(upstream)
+        except Exception as exc:  # one upstream down hides only its own tools
+            logger.warning("MCP upstream %s did not list its tools: %s", upstream.name, exc)
+            continue
+        for tool in tools:
+            if tool.name in allowed:
+                listed.append(tool.model_copy(update={"name": f"{upstream.name}.{tool.name}"}))
+    return types.ListToolsResult(tools=listed)
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    token, agent = _token(ctx), _agent(ctx)
+    arguments = dict(params.arguments or {})
+    meta = dict(params.meta or {}) if params.meta else {}
+    try:
+        policy = _policy(params.name)
+    except LookupError as exc:
+        return _result(calls.Answer.saying(str(exc)))
+    upstream = get_upstream(policy.upstream)
+    if not token.allows(tenant=upstream.tenant, action=policy.action):
+        return _result(calls.Answer.saying(
+            f"token {token.name!r} may not call {policy.name} (tenant {upstream.tenant}, action {policy.action})"))
+    if not policy.journaled:  # read-only: passed through, not journaled
+        try:
+            with anyio.fail_after(policy.timeout):
+                return types.CallToolResult.model_validate(
+                    await upstreams.call_tool(upstream, policy.tool, arguments))
+        except Exception as exc:
+            return _result(calls.Answer.saying(f"{policy.name} did not answer: {type(exc).__name__}: {exc}"))
+    try:
+        opened = await to_thread.run_sync(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
+                                                                  meta=meta, agent=agent))
+    except calls.Refused as exc:
+        return _result(calls.Answer.saying(str(exc)))
+    if isinstance(opened, calls.Answer):
+        return _result(opened)
+    try:
+        with anyio.fail_after(policy.timeout):
+            result = await upstreams.call_tool(upstream, policy.tool, arguments, key=opened.idempotency_key)
+    except TimeoutError:
+        return _result(await _lose(opened, f"{policy.name} did not answer within {policy.timeout:g} s"))
+    except anyio.get_cancelled_exc_class():
+        await _lose(opened, f"the call to {policy.name} was cancelled (the client went away) before it answered")
+        raise
+    except Exception as exc:  # a dropped connection proves nothing either
+        return _result(await _lose(opened, f"{policy.name}: no answer: {type(exc).__name__}: {exc}"))
+    return _result(await to_thread.run_sync(lambda: calls.close_call(opened, result)))
+
+
+async def _lose(opened: calls.Go, reason: str) -> calls.Answer:
+    with anyio.CancelScope(shield=True):  # recorded even when the request is being cancelled
+        return await to_thread.run_sync(lambda: calls.lose_call(opened, reason))
+
+
+def _result(answer: calls.Answer) -> types.CallToolResult:
+    return types.CallToolResult.model_validate({
+        "content": answer.content, "isError": answer.is_error,
+        **({"structuredContent": answer.structured} if answer.structured is not None else {}),
+        "_meta": answer.meta or None,
+    })
+
+
+def build_server() -> Server:
+    return Server("reckon-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class BearerTokens:
+    """Only requests with an active worker token (Bearer) reach the MCP server."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        token = await to_thread.run_sync(authenticate, headers.get("authorization", ""))
+        if token is None:
+            response = JSONResponse({"error": "a worker token is required: Authorization: Bearer rk_…"},
+                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        scope["reckon.worker_token"] = token
+        return await self.app(scope, receive, send)
+
+
+def build_app(*, allowed_hosts: list[str]) -> Starlette:
+    server = build_server()
+    mcp_app = server.streamable_http_app(
+        streamable_http_path="/mcp", stateless_http=True, json_response=True,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=[f"http://{host}" for host in allowed_hosts] + [f"https://{host}" for host in allowed_hosts],
+        ),
+    )
+
+    async def healthz(request):
+        return JSONResponse({"ok": True, "upstreams": [u.name for u in declared_upstreams()]})
+
+    @asynccontextmanager
+    async def lifespan(app):
+        async with server.session_manager.run(), upstreams.shared(declared_upstreams()):
+            yield
+
+    return Starlette(routes=[Route("/healthz", healthz), Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)
