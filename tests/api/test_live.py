@@ -17,7 +17,7 @@ from ledger.actions import _registry
 from ledger.declarations import load_actions_file
 from ledger.models import Job
 from tests.api.conftest import issue
-from tests.conftest import event_kinds
+from tests.conftest import event_kinds, make_job
 from tests.processes import ROOT
 from tests.reconciliation.helpers import unknown_job
 
@@ -77,6 +77,8 @@ def pull_work(tmp_path):
         unknown_job(f"pull-{n}", "fuzz.pull", {"n": n})
         if n % 2:
             Job.objects.filter(job_id=f"pull-{n}").update(tenant="beta")
+    for n in range(60):  # pending work for claims of the next job, whose leases the links carry on
+        make_job(f"next-{n}", action="fuzz.pull", tenant="acme" if n % 2 else "beta")
     yield
     _registry.pop("fuzz.pull")
 
@@ -124,7 +126,7 @@ def test_schemathesis_finds_no_failure_in_any_phase(live_server, tmp_path, setti
     covered, total = _links(output)
     print(f"Schemathesis, a token of every scope: {covered} of {total} API links covered in {elapsed:.0f} s")
     assert covered >= total // 2, output[-3000:]
-    assert elapsed < 240, f"Schemathesis took {elapsed:.0f} s"
+    assert elapsed < 300, f"Schemathesis took {elapsed:.0f} s"
 
 
 def test_schemathesis_with_a_token_of_narrow_scope(live_server, tmp_path, settings, pull_work):
@@ -135,4 +137,4 @@ def test_schemathesis_with_a_token_of_narrow_scope(live_server, tmp_path, settin
     output, elapsed = _schemathesis(live_server.url, narrow, tmp_path, "fuzzing", "stateful")
     covered, total = _links(output)
     print(f"Schemathesis, a token of one tenant: {covered} of {total} API links covered in {elapsed:.0f} s")
-    assert elapsed < 180, f"Schemathesis took {elapsed:.0f} s"
+    assert elapsed < 300, f"Schemathesis took {elapsed:.0f} s"
