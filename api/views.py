@@ -32,10 +32,10 @@ from api.http import (
 from api.models import ALL, WorkerToken
 from api.schemas import (
     ClaimNextRequest,
-    Event,
     ClaimRequest,
     EnqueueRequest,
     Error,
+    Event,
     FailureRequest,
     IdentityRequest,
     Job,

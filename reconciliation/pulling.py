@@ -23,8 +23,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from ledger.actions import PullReconciler, registered_actions
-from ledger.actions import declared_action
+from ledger.actions import PullReconciler, declared_action, registered_actions
 from ledger.models import Attempt, Job
 from ledger.services import (
     Batch,
