@@ -60,6 +60,9 @@ class OutcomeRequest(Request):
     reason: str = Field(default="", max_length=2000, description="Required for not_found: why a replay is safe.")
     evidence: JsonObject = Field(default_factory=dict, description="What the provider said, kept with the check.")
     result_ref: Reference = Field(default="", description="The provider's reference for the effect, if confirmed.")
+    asked: Reference = Field(
+        default="", description="Where the agent looked (the provider's endpoint or account, as the attempt's sent_to "
+                                "names where the effect went); when they differ, not_found counts as unavailable.")
 
 
 class Applied(Schema):
@@ -134,7 +137,7 @@ def answer(request: HttpRequest, reconciliation_id: ReconciliationId, body: Outc
     try:
         decision = pulling.answer_reconciliation(
             token=reconciliation_id, by=by, outcome=body.outcome, reason=body.reason,
-            evidence=body.evidence, result_ref=body.result_ref,
+            evidence=body.evidence, result_ref=body.result_ref, asked=body.asked,
         )
     except pulling.AnswerRefused as refused:
         WorkerToken.objects.filter(pk=token.pk).update(answers_refused=F("answers_refused") + 1)

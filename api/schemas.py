@@ -165,6 +165,18 @@ class LeaseRequest(Request):
     fencing_token: FencingToken
 
 
+class BeginRequest(LeaseRequest):
+    sent_to: Reference = Field(
+        default="",
+        description=(
+            "Where the side effect is about to go: the provider's endpoint or account as this worker is "
+            "configured (https://billing.example/acct_123, smtp://mail.example:587). A reconciler that "
+            "would ask another provider answers unavailable instead of not_found. Credentials, query "
+            "and fragment of a URL are not kept."
+        ),
+    )
+
+
 class IdentityRequest(LeaseRequest):
     observed: JsonObject = Field(description="The identity the worker really runs as.")
 
@@ -212,6 +224,7 @@ class Attempt(Schema):
     lease_expires_at: datetime | None
     heartbeat_at: datetime | None
     observed_identity: dict | None
+    sent_to: str = Field(description="Where the side effect was sent, as the worker said when it began; \"\": not said.")
     result_ref: str
     error: str
     version: int

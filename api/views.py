@@ -9,7 +9,7 @@ compare-and-set decides. A job outside the token's tenants and actions is, to th
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
@@ -18,7 +18,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from api.body import parse_json_object
-from api.claims import claim_next, claim_scope, client_gone_from
+from api.claims import NOTHING_HEADERS, claim_next, claim_scope, client_gone_from
 from api.http import (
     ApiError,
     WorkerTokenAuth,
@@ -31,6 +31,7 @@ from api.http import (
 )
 from api.models import ALL, WorkerToken
 from api.schemas import (
+    BeginRequest,
     ClaimNextRequest,
     ClaimRequest,
     EnqueueRequest,
@@ -130,7 +131,8 @@ STALE = "stale_lease: the lease is no longer current (nothing changed; the rejec
 
 
 def answers(
-    ok: dict, *errors: int, conflict: str = "", links: dict | None = None, error_texts: dict | None = None
+    ok: dict, *errors: int, conflict: str = "", links: dict | None = None, error_texts: dict | None = None,
+    headers: dict | None = None,
 ) -> dict:
     """`response` and `openapi_extra` for an operation: its schemas, and what each answer means."""
     codes = [*errors, 409] if conflict else list(errors)
@@ -140,6 +142,8 @@ def answers(
         descriptions[409] = {"description": conflict}
     for status, operation_links in (links or {}).items():
         descriptions[status]["links"] = operation_links
+    for status, operation_headers in (headers or {}).items():
+        descriptions[status]["headers"] = operation_headers
     return {
         "response": {**{status: schema for status, (schema, _) in ok.items()}, frozenset(codes): Error},
         "openapi_extra": {"responses": descriptions},
@@ -185,6 +189,7 @@ def attempt_json(attempt: models.Attempt, viewer: WorkerToken) -> dict:
         "lease_expires_at": attempt.lease_expires_at,
         "heartbeat_at": attempt.heartbeat_at,
         "observed_identity": attempt.observed_identity,
+        "sent_to": attempt.sent_to,
         "result_ref": attempt.result_ref,
         "error": attempt.error,
         "version": attempt.version,
@@ -410,8 +415,11 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
     **answers(
         {
             201: (Lease, "leased, with the next fencing token (exactly as a claim by id)"),
-            204: (None, "nothing claimable came within the wait; with Retry-After when this server could "
-                        "not hold the wait (ask again after that many seconds)"),
+            204: (None, "nothing claimable came within the wait; `Reckon-Reason` says why (no_work; "
+                        "dead_man_gate: irreversible jobs in scope are held while the sweeper or the "
+                        "reconciler is not running; cannot_wait: this server could not hold the wait) and "
+                        "`Reckon-Detail` in a sentence; with Retry-After (seconds) when it knows when to ask "
+                        "again"),
         },
         400,
         401,
@@ -420,6 +428,7 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
         415,
         error_texts={403: "the request names a tenant or action outside the token's scope"},
         links={201: LEASE_LINKS},
+        headers={204: NOTHING_HEADERS},
     ),
 )
 def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
@@ -434,10 +443,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
         client_gone=client_gone_from(request.META),
     )
     if answer.lease is None:
-        nothing = HttpResponse(status=204)
-        if answer.retry_after is not None:
-            nothing["Retry-After"] = str(answer.retry_after)
-        return nothing
+        return answer.nothing()
     return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id), request.auth))
 
 
@@ -479,12 +485,13 @@ def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
         links={200: BEGUN_LINKS},
     ),
 )
-def begin(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
+def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
     begun = scoped.begin_in_scope(job_id=job_id, owner=holder_name(request.auth, body.owner),
-                                  token=body.fencing_token, scope=_scope(request))
+                                  token=body.fencing_token, sent_to=body.sent_to, scope=_scope(request))
     if begun is not None:
         return _result(job_id, begun, request.auth)
-    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body)), request.auth)
+    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body),
+                                                      sent_to=body.sent_to), request.auth)
 
 
 @api.post(

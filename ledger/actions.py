@@ -102,6 +102,9 @@ class Action:
     observe_identity: Callable[[Job], dict] | None = None
     # The identity fields a job of this action must be bound to (checked before any side effect).
     identity: tuple[str, ...] = ()
+    # Where the executor sends the job's effect (its provider's endpoint or account, from this
+    # process's configuration; ledger.endpoints), recorded when the effect begins; None: not said.
+    sent_to: Callable[[Job], str] | None = None
     runbook_url: str = ""
     # How an operator checks by hand whether the effect happened (a few lines, shown beside the
     # decision on the job page), for when the reconciler cannot tell.
@@ -190,6 +193,7 @@ def action(
     reconciler: str | None = None,
     observe_identity: Callable[[Job], dict] | None = None,
     identity: tuple[str, ...] = (),
+    sent_to: Callable[[Job], str] | None = None,
     runbook_url: str = "",
     check_by_hand: str = "",
 ) -> Callable[[Executor], Executor]:
@@ -198,7 +202,8 @@ def action(
     def decorate(executor: Executor) -> Executor:
         register(Action(name=name, executor=executor, reversible=reversible, queryable=queryable,
                         max_attempts=max_attempts, lease_ttl=lease_ttl, reconciler=reconciler,
-                        observe_identity=observe_identity, identity=tuple(identity), runbook_url=runbook_url,
+                        observe_identity=observe_identity, identity=tuple(identity), sent_to=sent_to,
+                        runbook_url=runbook_url,
                         check_by_hand=check_by_hand, source=f"module {executor.__module__}"))
         return executor
 

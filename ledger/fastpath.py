@@ -173,13 +173,16 @@ END """)  # nosec B608  # SQL generated from our own vocabulary (states.py), no 
 
 
 # The lease must be this attempt's current, unexpired one; identity verified when the job has one.
+# p_sent_to comes checked and cleaned by ledger.endpoints.recorded (the Python path's step).
 def _begin() -> StepFunction:
     was = states_before(Execution.RUNNING, SideEffect.NOT_ATTEMPTED)
     started = _event_sql(
         actor="p_owner", kind=EventKind.SIDE_EFFECT_STARTED, job_status="j.status",
-        evidence="jsonb_build_object('idempotency_key', j.idempotency_key)",
+        # sent_to only when the worker said where (as the Python path writes it)
+        evidence="jsonb_strip_nulls(jsonb_build_object('idempotency_key', j.idempotency_key, "
+                 "'sent_to', nullif(a.sent_to, '')))",
     )
-    arguments = "p_job text, p_attempt bigint, p_owner text, p_token bigint, p_ttls jsonb"
+    arguments = "p_job text, p_attempt bigint, p_owner text, p_token bigint, p_ttls jsonb, p_sent_to text"
     return StepFunction("reckon_begin", arguments, f"""
 DECLARE
     j ledger_job%ROWTYPE;
@@ -193,7 +196,7 @@ BEGIN
     END IF;
     now_ts := clock_timestamp();
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
-        side_effect_state = {_sql(SideEffect.SUBMITTED)}, heartbeat_at = now_ts
+        side_effect_state = {_sql(SideEffect.SUBMITTED)}, heartbeat_at = now_ts, sent_to = p_sent_to
     WHERE id = p_attempt AND job_id = j.id
       AND execution_state = {_sql(was["execution_state"])} AND lease_owner = p_owner
       AND lease_token = p_token AND lease_expires_at > now_ts

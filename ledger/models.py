@@ -127,6 +127,9 @@ class Attempt(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     observed_identity = models.JSONField(null=True, blank=True)
+    # Where the side effect was sent (the provider's endpoint or account, as the worker saw it;
+    # ledger.endpoints), recorded when it began: a reconciler that asks elsewhere proves nothing.
+    sent_to = models.CharField(max_length=500, blank=True, default="", db_default="")
     result_ref = models.CharField(max_length=500, blank=True, default="")
     error = models.TextField(blank=True, default="")
     version = models.PositiveIntegerField(default=1)

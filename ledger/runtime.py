@@ -14,7 +14,7 @@ import uuid
 
 from django.db import connection
 
-from ledger import services
+from ledger import endpoints, services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
 from ledger.faults import fault_point
 from ledger.models import Job
@@ -85,8 +85,13 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
                 services.verify_identity(lease=lease, observed=observed)
             except services.IdentityMismatch:
                 return "blocked"
+        try:
+            sent_to = endpoints.recorded(action.sent_to(job)) if action.sent_to is not None else ""
+        except Exception as exc:  # nothing was sent: try again when the configuration can be read
+            services.record_failure(lease=lease, error=f"could not say where the effect goes: {exc}", retryable=True)
+            return "failed"
         fault_point("before_call", job_id)
-        services.begin_side_effect(lease=lease)
+        services.begin_side_effect(lease=lease, sent_to=sent_to)
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
         with LeaseKeeper(lease, renew_every) as keeper:
             outcome = _call(action.executor, job)

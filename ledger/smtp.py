@@ -32,6 +32,11 @@ MARKER_HEADER = "X-Reckon-Marker"
 WIRE = policy.SMTP.clone(cte_type="7bit")
 
 
+def endpoint(host: str, port: int) -> str:
+    """The SMTP server as an attempt records where its message was sent (ledger.endpoints)."""
+    return f"smtp://[{host}]:{port}" if ":" in host else f"smtp://{host}:{port}"
+
+
 def message_id_for(marker: str) -> str:
     """The Message-ID of the message a job sends: the same for every attempt of the job."""
     return f"<{hashlib.sha256(marker.encode()).hexdigest()[:32]}@reckon>"

@@ -107,6 +107,7 @@ def _apply_look(batch: Batch, job: Job, attempt: Attempt, look: Look, checks: li
             job=job,
             attempt=looked_at,
             reconciler=look.reconciler,
+            asked=finding.asked[:500],
             outcome=finding.outcome,
             evidence={**finding.evidence, "reason": finding.reason},
             error=finding.reason if finding.outcome == CheckOutcome.UNAVAILABLE else "",
@@ -115,7 +116,8 @@ def _apply_look(batch: Batch, job: Job, attempt: Attempt, look: Look, checks: li
     )
     if attempt.pk != looked_at.pk or attempt.version != looked_at.version or not waiting(job, attempt):
         return Decision(job_id, finding.outcome, "superseded", "the job changed while we looked")
-    evidence = {**finding.evidence, "reconciler": look.reconciler, "reason": finding.reason}
+    evidence = {**finding.evidence, "reconciler": look.reconciler, "reason": finding.reason,
+                **({"asked": finding.asked} if finding.asked else {})}
     by = look.by or RECONCILER
     if finding.outcome == CheckOutcome.UNAVAILABLE:
         return _back_off(batch, job, attempt, finding, evidence, by)

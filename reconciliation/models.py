@@ -18,6 +18,9 @@ class ReconciliationCheck(models.Model):
     job = models.ForeignKey("ledger.Job", on_delete=models.PROTECT, related_name="checks")
     attempt = models.ForeignKey("ledger.Attempt", on_delete=models.PROTECT, related_name="checks")
     reconciler = models.CharField(max_length=200)
+    # Where the reconciler asked (the provider's endpoint or account, compared with the attempt's
+    # sent_to); "": it did not say.
+    asked = models.CharField(max_length=500, blank=True, default="")
     outcome = models.CharField(max_length=16, choices=CheckOutcome.choices)
     evidence = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")

@@ -34,7 +34,7 @@ from ledger.services import (
 )
 from ledger.states import ActorType
 from reconciliation.applying import Decision, apply_looks, waiting
-from reconciliation.lookups import Finding, Look
+from reconciliation.lookups import Finding, Look, where_it_was_sent
 from reconciliation.models import CheckOutcome
 from reconciliation.reconcilers import REPORTED, prefetch_reported
 from reconciliation.resolution import By
@@ -83,17 +83,18 @@ def claim_reconciliation(*, allows, actions=None, tenants=None) -> Claimed | Non
 
 
 def answer_reconciliation(*, token: str, by: By | str, outcome: str, reason: str = "",
-                          evidence: dict | None = None, result_ref: str = "") -> Decision:
+                          evidence: dict | None = None, result_ref: str = "", asked: str = "") -> Decision:
     """Apply an answer under the lease `token` names, as `by` (an agent's name, or a `By` with the
     person behind it), or refuse it if that lease moved on or the job's action is not reconciled
-    by agents. `not_found` without a reason proves nothing, as from any reconciler."""
+    by agents. `not_found` without a reason proves nothing, as from any reconciler, and neither
+    does one from another provider than the attempt's effect went to (`asked`, when the agent says)."""
     if isinstance(by, str):
         by = By(by, ActorType.RECONCILER)
     job_pk, attempt_pk, version, mark = _parse(token)
-    finding = Finding(outcome, reason, {**(evidence or {}), "agent": by.actor}, result_ref=result_ref)
+    finding = Finding(outcome, reason, {**(evidence or {}), "agent": by.actor}, result_ref=result_ref, asked=asked)
     if outcome == CheckOutcome.NOT_FOUND and not reason.strip():
         finding = Finding(CheckOutcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
-                          finding.evidence)
+                          finding.evidence, asked=asked)
     with transaction.atomic():
         job_id = Job.objects.filter(pk=job_pk).values_list("job_id", flat=True).first()
         if job_id is None:
@@ -109,6 +110,7 @@ def answer_reconciliation(*, token: str, by: By | str, outcome: str, reason: str
             raise AnswerRefused(f"answer {outcome} by {by.actor} refused: its reconciliation lease moved on (the "
                                 f"job is {job.status}, attempt {attempt.number} version {attempt.version}"
                                 + ("" if held else ", claimed again or rescheduled since") + ")")
+        finding = where_it_was_sent(attempt, finding)
         [decision] = apply_looks([Look(job, attempt, f"external agent {by.actor}"[:200], finding, by=by)])
     return decision
 

@@ -7,13 +7,14 @@ timeout proves nothing and is `unavailable`. Every provider answer goes into the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.conf import settings
 
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.providers import NoAnswer, NotSent, call
-from reconciliation.lookups import Finding
+from reconciliation.lookups import Finding, sent_elsewhere
 from reconciliation.models import CheckOutcome
 
 
@@ -148,10 +149,19 @@ def _unavailable(exc: LookupFailed, lookups: list) -> Finding:
                    retry_in=exc.retry_in)
 
 
+def _asking(asked: str, attempt: Attempt, look) -> Finding:
+    """`look()` at the provider `asked` (a base URL from this process's settings), unless the
+    attempt's effect was sent elsewhere; the finding says where it asked."""
+    return sent_elsewhere(attempt, asked) or replace(look(asked), asked=asked)
+
+
 def invoice(job: Job, attempt: Attempt) -> Finding:
+    return _asking(settings.RECKON_BILLING_URL, attempt, lambda base: _invoice(job, attempt, base))
+
+
+def _invoice(job: Job, attempt: Attempt, base: str) -> Finding:
     """By idempotency key first, then by marker: the provider may have forgotten its keys."""
     lookups: list = []
-    base = settings.RECKON_BILLING_URL
     try:
         by_key = _lookup(base, "/invoices", "invoices", lookups, provider="billing",
                          idempotency_key=job.idempotency_key)
@@ -181,10 +191,14 @@ def invoice(job: Job, attempt: Attempt) -> Finding:
 
 
 def mail(job: Job, attempt: Attempt) -> Finding:
+    return _asking(settings.RECKON_MAIL_URL, attempt, lambda base: _mail(job, attempt, base))
+
+
+def _mail(job: Job, attempt: Attempt, base: str) -> Finding:
     lookups: list = []
     try:
         records = _lookup(
-            settings.RECKON_MAIL_URL, "/messages", "messages", lookups, provider="mail", marker=job.idempotency_key
+            base, "/messages", "messages", lookups, provider="mail", marker=job.idempotency_key
         )
     except LookupFailed as exc:
         return _unavailable(exc, lookups)
@@ -206,9 +220,13 @@ def mail(job: Job, attempt: Attempt) -> Finding:
 
 
 def post(job: Job, attempt: Attempt) -> Finding:
+    return _asking(settings.RECKON_PUBLISH_URL, attempt, lambda base: _post(job, attempt, base))
+
+
+def _post(job: Job, attempt: Attempt, base: str) -> Finding:
     lookups: list = []
     try:
-        records = _lookup(settings.RECKON_PUBLISH_URL, "/posts", "posts", lookups, provider="publish",
+        records = _lookup(base, "/posts", "posts", lookups, provider="publish",
                           marker=job.idempotency_key)
     except LookupFailed as exc:
         return _unavailable(exc, lookups)

@@ -9,6 +9,7 @@ Message-ID, the send never completed DATA and a resend cannot deliver it twice.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from email.utils import parseaddr
 from urllib.parse import urlencode
 
@@ -16,8 +17,8 @@ from django.conf import settings
 
 from ledger.models import Attempt, Job
 from ledger.providers import NoAnswer, NotSent, call
-from ledger.smtp import message_id_for
-from reconciliation.lookups import Finding
+from ledger.smtp import endpoint, message_id_for
+from reconciliation.lookups import Finding, sent_elsewhere
 from reconciliation.models import CheckOutcome
 from reconciliation.reconcilers import not_asked
 
@@ -25,6 +26,14 @@ SUMMARY = ("seq", "message_id", "marker", "from", "to", "subject", "received_at"
 
 
 def sent_message(job: Job, attempt: Attempt) -> Finding:
+    """Asks the archive of the SMTP server this process is configured with (RECKON_SMTP_HOST and
+    RECKON_SMTP_PORT: the archive at RECKON_SMTP_LOOKUP_URL must be that server's); a message the
+    attempt sent through another server is not there to find."""
+    server = endpoint(settings.RECKON_SMTP_HOST, settings.RECKON_SMTP_PORT)
+    return sent_elsewhere(attempt, server) or replace(_in_archive(job), asked=server)
+
+
+def _in_archive(job: Job) -> Finding:
     message_id = message_id_for(job.idempotency_key)
     url = f"{settings.RECKON_SMTP_LOOKUP_URL}/messages?{urlencode({'message_id': message_id})}"
     evidence = {"message_id": message_id, "marker": job.idempotency_key, "url": url}

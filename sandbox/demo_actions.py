@@ -63,7 +63,17 @@ def classify(reply: Reply, *, result_field: str) -> Outcome:
     return Unknown(reason=f"{reply.status} from provider: {reply.error}", evidence=evidence)
 
 
-@action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.invoice")
+def _provider_at(setting: str):
+    """Where an action's calls go: the provider URL in this process's settings, read at each job."""
+    return lambda job: getattr(settings, setting)
+
+
+def smtp_server(job: Job) -> str:
+    return smtp.endpoint(settings.RECKON_SMTP_HOST, settings.RECKON_SMTP_PORT)
+
+
+@action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.invoice",
+        sent_to=_provider_at("RECKON_BILLING_URL"))
 def create_invoice(job: Job) -> Outcome:
     p = job.payload
     body = {
@@ -76,7 +86,8 @@ def create_invoice(job: Job) -> Outcome:
     return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body, provider="billing")
 
 
-@action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.mail")
+@action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.mail",
+        sent_to=_provider_at("RECKON_MAIL_URL"))
 def send_mail(job: Job) -> Outcome:
     p = job.payload
     body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
@@ -105,7 +116,7 @@ def observe_profile(job: Job) -> dict:
 
 
 @action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.post",
-        observe_identity=observe_profile,
+        observe_identity=observe_profile, sent_to=_provider_at("RECKON_PUBLISH_URL"),
         check_by_hand="Log into the profile named in the job's identity binding and check which account it "
                       "shows; fix the login if it is not the bound account, then re-check identity.")
 def publish_post(job: Job) -> Outcome:
@@ -121,7 +132,7 @@ def publish_post(job: Job) -> Outcome:
     )
 
 
-@action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL,
+@action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL, sent_to=_provider_at("RECKON_VAULT_URL"),
         runbook_url="https://wiki.example.com/runbooks/vault-rotation",
         check_by_hand="Open the vault's audit log for the credential named in the payload: a rotation at the "
                       "attempt's time means the effect happened (confirm); none means mark not found.")
@@ -136,7 +147,7 @@ def rotate_credential(job: Job) -> Outcome:
 # Mail is not idempotent at an SMTP server: a resend is a second message. Replaying it is safe
 # only because the reconciler proved, by its Message-ID, that the first never arrived.
 @action("smtp.send_mail", reversible=True, queryable=True, lease_ttl=LEASE_TTL,
-        reconciler="reconciliation.smtp.sent_message")
+        reconciler="reconciliation.smtp.sent_message", sent_to=smtp_server)
 def send_mail_over_smtp(job: Job) -> Outcome:
     p = job.payload
     try:

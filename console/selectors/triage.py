@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 
+from ledger import endpoints
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import UNKNOWN_WORK, EventKind, Execution, JobStatus
 
@@ -79,7 +80,14 @@ def triage(job: Job, attempt: Attempt | None, event: LedgerEvent | None) -> Tria
         return _blocked(job, attempt)
     if job.status == JobStatus.NEEDS_RECONCILIATION:
         if kind == EventKind.RECONCILIATION_UNAVAILABLE:
-            said = (event.evidence or {}).get("reason") or note
+            evidence = event.evidence or {}
+            elsewhere = endpoints.mismatch(asked=str(evidence.get("asked", "")), sent_to=str(evidence.get("sent_to", "")))
+            if elsewhere:  # asking again will not help: the reconciler looks at another provider
+                return Triage(f"the reconciler {elsewhere}, so it cannot tell",
+                              "point the reconciler at that provider, or check there by hand and decide; "
+                              f"it asks again (check {job.check_count} of {settings.RECKON_RECONCILE_MAX_CHECKS}) "
+                              "after back-off until", until=job.next_check_at)
+            said = evidence.get("reason") or note
             return Triage(f"{provider_of(job.action)} gave no definite answer: {said}",
                           f"the reconciler asks again (check {job.check_count} of "
                           f"{settings.RECKON_RECONCILE_MAX_CHECKS}); back-off until",

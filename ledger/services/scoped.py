@@ -18,7 +18,14 @@ from django.db import connection
 from psycopg.types.json import Jsonb
 
 from ledger.models import Attempt, Job
-from ledger.services.worker import LEASE_COLUMNS, Lease, _ungated_actions, attempt_from_row, fetch_step_row
+from ledger.services.worker import (
+    LEASE_COLUMNS,
+    Lease,
+    _ungated_actions,
+    attempt_from_row,
+    fetch_step_row,
+    recorded_sent_to,
+)
 from ledger.states import JobStatus
 
 ATTEMPT_SELECT = ", ".join(f"a.{field.column}" for field in Attempt._meta.concrete_fields)
@@ -37,7 +44,7 @@ WHERE j.job_id = %(job)s AND {IN_SCOPE}
 """  # nosec B608  # column and table names from the models; every value is a bound parameter
 BEGIN = f"""
 SELECT {ATTEMPT_SELECT} FROM ledger_job j {HELD}
-CROSS JOIN LATERAL reckon_begin(j.job_id, held.id, %(owner)s, %(token)s, %(ttls)s) a
+CROSS JOIN LATERAL reckon_begin(j.job_id, held.id, %(owner)s, %(token)s, %(ttls)s, %(sent_to)s) a
 WHERE j.job_id = %(job)s AND {IN_SCOPE}
 """  # nosec B608  # as above
 SUCCEED = f"""
@@ -73,9 +80,9 @@ def claim_in_scope(*, job_id: str, worker: str, scope: Scope) -> tuple[Lease, Jo
     return Lease(job_id, *row[len(JOB_FIELDS) + 1:]), job
 
 
-def begin_in_scope(*, job_id: str, owner: str, token: int, scope: Scope) -> Attempt | None:
+def begin_in_scope(*, job_id: str, owner: str, token: int, scope: Scope, sent_to: str = "") -> Attempt | None:
     return attempt_from_row(fetch_step_row(BEGIN, {"job": job_id, "owner": owner, "token": token, "ttls": _ungated_actions(),
-                                     **scope.params()}))
+                                     "sent_to": recorded_sent_to(sent_to), **scope.params()}))
 
 
 def succeed_in_scope(*, job_id: str, owner: str, token: int, result_ref: str, evidence: dict | None,

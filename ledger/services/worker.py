@@ -14,10 +14,18 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services.errors import ClaimRefused, GateClosed, IdentityMismatch, LedgerError, StaleLease
+from ledger.services.errors import (
+    ClaimRefused,
+    GateClosed,
+    IdentityMismatch,
+    InvalidJob,
+    LedgerError,
+    StaleLease,
+)
 from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
@@ -199,10 +207,14 @@ def identity_mismatch(binding: dict, observed: dict | None) -> str:
     )
 
 
-def begin_side_effect(*, lease: Lease) -> Attempt:
-    """Compare-and-set to `submitted`: only after this may the caller touch the outside world."""
+def begin_side_effect(*, lease: Lease, sent_to: str | None = None) -> Attempt:
+    """Compare-and-set to `submitted`: only after this may the caller touch the outside world.
+
+    `sent_to`: where the effect is about to go (the provider's endpoint or account, as this worker
+    is configured; ledger.endpoints), recorded on the attempt for the reconciler to compare."""
+    sent_to = recorded_sent_to(sent_to)
     attempt = _one_round_trip(
-        "reckon_begin", lease.job_id, lease.attempt_id, lease.owner, lease.token, _ungated_actions()
+        "reckon_begin", lease.job_id, lease.attempt_id, lease.owner, lease.token, _ungated_actions(), sent_to
     )
     if attempt is not None:
         return attempt
@@ -217,8 +229,8 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
         gate = _gate_for(job)
         if gate.open:
             transition(job, attempt, **_by(lease), kind=EventKind.SIDE_EFFECT_STARTED,
-                       side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now,
-                       evidence={"idempotency_key": job.idempotency_key})
+                       side_effect_state=SideEffect.SUBMITTED, heartbeat_at=job.db_now, sent_to=sent_to,
+                       evidence={"idempotency_key": job.idempotency_key, **({"sent_to": sent_to} if sent_to else {})})
             return ""
         # Hand the attempt back to the queue; the gate dispatches it again when it reopens.
         held = f"dead-man gate: {gate.reason}; attempt {attempt.number} goes back to the queue"
@@ -232,6 +244,14 @@ def begin_side_effect(*, lease: Lease) -> Attempt:
     if held:
         raise GateClosed(held)
     return attempt
+
+
+def recorded_sent_to(endpoint: str | None) -> str:
+    """`endpoint` as the attempt keeps it (ledger.endpoints.recorded); a bad one is refused."""
+    try:
+        return endpoints.recorded(endpoint)
+    except endpoints.BadEndpoint as exc:  # bad input: refused before anything is written
+        raise InvalidJob(str(exc)) from None
 
 
 def _one_round_trip(function: str, *args) -> Attempt | None:

@@ -15,6 +15,7 @@ from approvals.models import ApprovalRequest
 from ledger import services
 from ledger.models import Job
 from reconciliation import decisions
+from reconciliation.passes import reconcile_job
 from tests.conftest import latest_attempt, make_job
 from tests.console.conftest import make_operator_job, make_unknown_job
 
@@ -25,6 +26,8 @@ RESULT = "https://billing.example.com/v1/invoices/in_1NqLx2eZvKYlo2C0a8m3?expand
 DECLINED = ('card_declined: {"error":{"code":"card_declined","decline_code":"insufficient_funds",'
             '"request_log_url":"https://dashboard.example.com/logs/req_8f7d6c5b4a3e2d1c0b9a"}}')
 NOTE = "Checked the provider's dashboard for this key: see the evidence"
+# Where a worker sent an effect, when it is not where this deployment's reconciler asks.
+SENT_TO = "https://billing.staging.example.com/v1/accounts/acct_1NqLx2eZvKYlo2C0a8m3"
 
 
 def _version(job_id: str) -> int:
@@ -91,6 +94,13 @@ def populate(operator, approver) -> dict[str, str]:
     make_unknown_job("inv-confirmed")
     decisions.confirm_effect(job_id="inv-confirmed", version=_version("inv-confirmed"), user=operator, note=NOTE)
     jobs["confirmed by an operator"] = "inv-confirmed"
+
+    make_job("inv-elsewhere", action="billing.create_invoice", payload={"customer": "c", "amount_cents": 1})
+    lease = services.claim_job(job_id="inv-elsewhere", worker=POD)
+    services.begin_side_effect(lease=lease, sent_to=SENT_TO)
+    services.record_unknown(lease=lease, reason="connection dropped after the request was sent")
+    reconcile_job(job_id="inv-elsewhere")  # asks this deployment's billing URL: unavailable, not asked
+    jobs["sent elsewhere than reconciliation asks"] = "inv-elsewhere"
 
     _tamper(make_unknown_job("inv-tampered").job_id)
     jobs["history broken"] = "inv-tampered"

@@ -218,3 +218,24 @@ def test_the_page_shows_the_enqueued_policy_and_the_declaration_now_when_they_di
         assert "This action is irreversible" not in html  # "mark not found" still replays this job
     finally:
         register(was)
+
+
+def test_it_shows_where_the_effect_was_sent_and_where_reconciliation_asked(client, auditor, provider):
+    from ledger import services
+    from reconciliation.passes import reconcile_job
+
+    make_job("inv-sent", action="billing.create_invoice", payload={"customer": "c", "amount_cents": 1})
+    lease = services.claim_job(job_id="inv-sent", worker="worker-a")
+    services.begin_side_effect(lease=lease, sent_to="https://billing.staging.example/acct_123")
+    services.record_unknown(lease=lease, reason="connection dropped after the request was sent")
+    reconcile_job(job_id="inv-sent")
+    client.force_login(auditor)
+    html = client.get("/jobs/inv-sent/").content.decode()
+    assert 'data-sent-to>sent to <code>https://billing.staging.example/acct_123</code>' in html
+    assert f"data-asked>asked <code>{provider.url}</code>" in html
+    assert (f"asked {provider.url} but the effect was sent to https://billing.staging.example/acct_123"
+            in html)
+    queue = client.get("/queue/?tab=reconciling").content.decode()
+    assert (f"the reconciler asked {provider.url} but the effect was sent to "
+            "https://billing.staging.example/acct_123, so it cannot tell" in queue)
+    assert "point the reconciler at that provider" in queue

@@ -263,6 +263,22 @@ def a_plain_job(run):
 
 
 @scenario("claim", "begin", "succeed")
+def a_job_whose_worker_says_where_it_sends_the_effect(run):
+    make_job("j")
+    lease = run(services.claim_job, job_id="j", worker="w1")
+    run(services.begin_side_effect, lease=lease, sent_to="https://u:secret@billing.example:8443/acct_1?key=k")
+    run(services.record_success, lease=lease, result_ref="ref-1")
+
+
+@scenario("claim:declined", "begin:declined", "succeed")
+def a_job_enqueued_irreversible_says_where_it_sends_the_effect_on_the_python_path(run):
+    _vault_job()
+    lease = run(services.claim_job, job_id="j", worker="w1")
+    run(services.begin_side_effect, lease=lease, sent_to="smtp://mail.example:587")
+    run(services.record_success, lease=lease, result_ref="ref-1")
+
+
+@scenario("claim", "begin", "succeed")
 def an_identity_bound_job(run):
     make_job("j", identity={"account": "acme"})
     lease = run(services.claim_job, job_id="j", worker="w1")

@@ -16,13 +16,14 @@ POST = {"body": "We are live"}
 IDENTITY = {"profile": "brand-browser", "account": "@brand"}
 
 
-def unknown_job(job_id: str, action: str, payload: dict, identity: dict | None = None) -> Job:
-    """A job whose first attempt submitted its side effect and then lost sight of it."""
+def unknown_job(job_id: str, action: str, payload: dict, identity: dict | None = None, sent_to: str = "") -> Job:
+    """A job whose first attempt submitted its side effect (to `sent_to`, if given) and then lost
+    sight of it."""
     make_job(job_id, action=action, payload=payload, identity=identity)
     lease = services.claim_job(job_id=job_id, worker="worker-a")
     if identity:
         services.verify_identity(lease=lease, observed=identity)
-    services.begin_side_effect(lease=lease)
+    services.begin_side_effect(lease=lease, sent_to=sent_to)
     services.record_unknown(lease=lease, reason="connection dropped after sending")
     return Job.objects.get(job_id=job_id)
 

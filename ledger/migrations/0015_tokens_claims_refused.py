@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0013_search_and_holds'),
+        ('ledger', '0014_dest_attempt_sent_to'),
     ]
 
     operations = [
