@@ -373,7 +373,7 @@ def event_json(event: models.LedgerEvent, number: int | None, viewer: WorkerToke
     "/jobs/{job_id}/events",
     operation_id="getJobEvents",
     summary="A job's history: every event, oldest first (append-only and hash-chained)",
-    **answers({200: (list[Event], "the job's events")}, 401, 404, links={200: {}}),
+    **answers({200: (list[Event], "the job's events")}, 401, 404),
 )
 def job_events(request: HttpRequest, job_id: JobIdInPath):
     job = _job_in_scope(request, job_id)
