@@ -23,7 +23,17 @@ from pydantic import Field
 
 from api.http import ApiError
 from api.models import ALL, WorkerToken
-from api.schemas import ActionName, Attempt, JsonObject, LeasedJob, Reference, Request, Tenant, WorkerName
+from api.schemas import (
+    ActionName,
+    Attempt,
+    JsonObject,
+    LeasedJob,
+    OptionalText,
+    Reference,
+    Request,
+    Tenant,
+    WorkerName,
+)
 from api.tokens import holder_name
 from api.views import answers, api, attempt_json, job_json
 from reconciliation import pulling
@@ -57,7 +67,7 @@ class OutcomeRequest(Request):
         description="confirmed: the effect happened; not_found: it did not (say why in reason); conflict: "
                     "something else is there; unavailable: the provider could not tell (looked again later)."
     )
-    reason: str = Field(default="", max_length=2000, description="Required for not_found: why a replay is safe.")
+    reason: OptionalText = Field(default="", description="Required for not_found: why a replay is safe.")
     evidence: JsonObject = Field(default_factory=dict, description="What the provider said, kept with the check.")
     result_ref: Reference = Field(default="", description="The provider's reference for the effect, if confirmed.")
     asked: Reference = Field(

@@ -102,6 +102,9 @@ FencingToken = Annotated[
 ]
 Text = string(2000, TEXT_PATTERN, "must contain something besides whitespace, and no NUL")
 Reference = string(500, REFERENCE_PATTERN, "one line, with no control characters", min_length=0)
+# Human text that may be empty (a reason given only for some answers): no NUL, which the
+# database's JSON cannot hold.
+OptionalText = string(2000, r"^[^\u0000]*$", "no NUL", min_length=0)
 JsonObject = Annotated[
     dict, AfterValidator(json_values.stored_object), json_values.DescribedBy(json_values.JsonObject)
 ]

@@ -185,3 +185,12 @@ def test_a_claim_naming_tenants_outside_the_tokens_scope_is_refused_with_a_reaso
     answer = narrow.post(CLAIM, {"agent": "a", "actions": ["reckon.echo"]})
     assert answer.status == 403 and "action(s) reckon.echo" in answer.json["error"]["message"]
     assert narrow.post(CLAIM, {"agent": "a", "tenants": ["acme"]}).status == 201
+
+
+def test_a_reason_with_a_nul_is_refused_with_a_reason_not_a_500(api, pull_actions):
+    """Found by Schemathesis following the claim's link to the answer: the database's JSON cannot hold NUL."""
+    unknown_job("r9", "pull.refund", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    answer = _outcome(api, claimed, outcome="not_found", reason="\u00ae\u0000")
+    assert answer.status == 400 and "no NUL" in answer.json["error"]["fields"]["reason"]
+    assert latest_attempt("r9").execution_state == "unknown"
