@@ -1,4 +1,7 @@
-"""Admins create and revoke worker tokens here; a new token is shown once, in a message."""
+"""Admins create and revoke worker tokens here; a new token is shown once, in a message.
+
+Issuing and revoking go through `api.tokens`, which records each in the admin trail (/audit/)
+and the issuer on the token."""
 
 from __future__ import annotations
 
@@ -37,10 +40,11 @@ class WorkerTokenAdmin(admin.ModelAdmin):
         "prefix",
         "tenants",
         "actions",
-        "created_by",
+        "issued_by",
         "created_at",
         "last_used_at",
         "revoked_at",
+        "answers_refused",
     ]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "prefix"]
@@ -50,9 +54,11 @@ class WorkerTokenAdmin(admin.ModelAdmin):
         "tenants",
         "actions",
         "created_by",
+        "issued_by",
         "created_at",
         "last_used_at",
         "revoked_at",
+        "answers_refused",
     ]
     actions = ["revoke"]
 
@@ -89,5 +95,5 @@ class WorkerTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):
         for worker_token in queryset.active():
-            tokens.worker_token_revoke(worker_token=worker_token)
+            tokens.worker_token_revoke(worker_token=worker_token, by=request.user)
         self.message_user(request, "Revoked.")

@@ -15,11 +15,12 @@ import ipaddress
 from django.apps import apps
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
+from api.models import WorkerToken
 from config.hardening import client_address
 from ledger.gate import gate_status
 from ledger.models import Attempt, Job, LedgerEvent
@@ -32,7 +33,12 @@ EVENT_COUNTERS = {
         "reckon_late_writes_rejected_total",
         "Writes refused because their lease was stale.",
     ),
-    EventKind.DUPLICATE_DELIVERY: ("reckon_duplicate_deliveries_total", "Claims refused as duplicate deliveries."),
+}
+# Refusals a retry loop can repeat without end are counted on their row, not written each as an event.
+JOB_COUNTERS = {
+    "duplicate_deliveries": ("reckon_duplicate_deliveries_total", "Claims refused as duplicate deliveries."),
+    "claims_refused": ("reckon_claims_refused_total",
+                       "Other claims refused (previous attempt unknown or blocked, the gate, recovery)."),
 }
 LEASE_EXPIRY_KINDS = {EventKind.LEASE_EXPIRED_RECLAIMED: "reclaimed", EventKind.LEASE_EXPIRED_UNKNOWN: "unknown"}
 
@@ -151,6 +157,15 @@ def exposition() -> str:
     kinds = _grouped(LedgerEvent.objects.filter(kind__in=[*EVENT_COUNTERS, *LEASE_EXPIRY_KINDS]), "kind")
     for kind, (name, help_text) in EVENT_COUNTERS.items():
         out.family(name, "counter", help_text, [({}, kinds.get(kind, 0))])
+    totals = Job.objects.aggregate(**{field: Sum(field) for field in JOB_COUNTERS})
+    for field, (name, help_text) in JOB_COUNTERS.items():
+        out.family(name, "counter", help_text, [({}, totals[field] or 0)])
+    out.family(
+        "reckon_api_answers_refused_total",
+        "counter",
+        "Pull-reconciliation answers refused (lease moved on, or not an agent's job), by worker token prefix.",
+        _refused_answers(),
+    )
     out.family(
         "reckon_lease_expiries_total",
         "counter",
@@ -196,6 +211,11 @@ def _unknown_work() -> tuple[int, float, float]:
         )
         depth, oldest, oldest_job = cursor.fetchone()
     return depth, max(0.0, round(float(oldest), 3)), max(0.0, round(float(oldest_job), 3))
+
+
+def _refused_answers() -> list[tuple[dict, float]]:
+    rows = WorkerToken.objects.filter(answers_refused__gt=0).order_by("prefix")
+    return [({"token": prefix}, n) for prefix, n in rows.values_list("prefix", "answers_refused")]
 
 
 def _oldest_pending_approval_age() -> float:

@@ -20,16 +20,22 @@ class WorkerTokenQuerySet(models.QuerySet):
 
 class WorkerToken(models.Model):
     name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, help_text="The token's first characters, for display.")
+    # Unique: the prefix names the token in the history, and binds each lease to the token that
+    # claimed it (see `api.tokens.holder_name`).
+    prefix = models.CharField(max_length=16, unique=True, help_text="The token's first characters, for display.")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     tenants = models.JSONField(default=list, help_text='Tenants this token may act for; "*" for all.')
     actions = models.JSONField(default=list, help_text='Actions this token may run; "*" for all.')
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who issued it, as text that outlives the account: "alice (admin)", "cli (os user root)".
+    issued_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Refused pull answers are counted here, not written to the history one event each.
+    answers_refused = models.PositiveBigIntegerField(default=0, db_default=0)
 
     objects = WorkerTokenQuerySet.as_manager()
 

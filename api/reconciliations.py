@@ -4,7 +4,10 @@
     POST /api/v1/reconciliations/{id}/outcome     {agent, outcome, reason, evidence, result_ref}
 
 The rules are `reconciliation.pulling`'s (and every reconciler's): an answer after the lease moved
-on is refused with 409 and recorded.
+on, or for a job whose action agents do not reconcile, is refused with 409 and counted on the token
+(`answers_refused`, in /admin/ and /metrics), not written to the history. Each answer is recorded
+under the agent's name and the token's (`agent [token NAME PREFIX]`), and the token's issuer stands
+behind it: nobody may approve a replay their own token's answer led to.
 """
 
 from __future__ import annotations
@@ -12,16 +15,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
+from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Path, Schema
 from ninja.responses import Status
 from pydantic import Field
 
 from api.http import ApiError
-from api.models import ALL
-from api.schemas import ActionName, Attempt, JsonObject, LeasedJob, Reference, Request, Tenant, WorkerName
+from api.models import ALL, WorkerToken
+from api.schemas import (
+    ActionName,
+    Attempt,
+    JsonObject,
+    LeasedJob,
+    OptionalText,
+    Reference,
+    Request,
+    Tenant,
+    WorkerName,
+)
+from api.tokens import holder_name
 from api.views import answers, api, attempt_json, job_json
 from reconciliation import pulling
+from reconciliation.resolution import By
 
 ReconciliationId = Annotated[
     str, Path(min_length=7, max_length=100, pattern=r"^[0-9]{1,18}-[0-9]{1,18}-[0-9]{1,10}-[0-9]{1,20}$",
@@ -31,8 +47,10 @@ ReconciliationId = Annotated[
 
 class ReconciliationClaimRequest(Request):
     agent: WorkerName = Field(description="Who looks the effects up; recorded with each answer.")
-    actions: list[ActionName] | None = Field(default=None, description="Only these actions (in the token's scope).")
-    tenants: list[Tenant] | None = Field(default=None, description="Only these tenants (in the token's scope).")
+    actions: list[ActionName] | None = Field(default=None, min_length=1, max_length=100,
+                                             description="Only these actions (in the token's scope).")
+    tenants: list[Tenant] | None = Field(default=None, min_length=1, max_length=100,
+                                         description="Only these tenants (in the token's scope).")
 
 
 class Reconciliation(Schema):
@@ -49,7 +67,7 @@ class OutcomeRequest(Request):
         description="confirmed: the effect happened; not_found: it did not (say why in reason); conflict: "
                     "something else is there; unavailable: the provider could not tell (looked again later)."
     )
-    reason: str = Field(default="", max_length=2000, description="Required for not_found: why a replay is safe.")
+    reason: OptionalText = Field(default="", description="Required for not_found: why a replay is safe.")
     evidence: JsonObject = Field(default_factory=dict, description="What the provider said, kept with the check.")
     result_ref: Reference = Field(default="", description="The provider's reference for the effect, if confirmed.")
     asked: Reference = Field(
@@ -65,11 +83,16 @@ class Applied(Schema):
     note: str
 
 
-def _within(requested: list[str] | None, allowed: list[str]) -> list[str] | None:
-    """What to claim from: the request's filter within the token's scope (None: everything)."""
-    if ALL in allowed:
+def _within(token: WorkerToken, kind: str, requested: list[str] | None, allowed: list[str]) -> list[str] | None:
+    """What to claim from: the request's filter, which must lie within the token's scope (None:
+    everything the token may see). Naming what the token may not see is refused, as for claims."""
+    if requested is not None:
+        outside = sorted({name for name in requested if ALL not in allowed and name not in allowed})
+        if outside:
+            raise ApiError(403, "forbidden", f"token {token.prefix}… may not reconcile for {kind}(s) "
+                                             f"{', '.join(outside)}")
         return requested
-    return [name for name in (requested if requested is not None else allowed) if name in allowed]
+    return None if ALL in allowed else list(allowed)
 
 
 @api.post(
@@ -77,20 +100,28 @@ def _within(requested: list[str] | None, allowed: list[str]) -> list[str] | None
     operation_id="claimReconciliation",
     summary="Claim the most overdue unknown job your agents reconcile (pull mode)",
     **answers({201: (Reconciliation, "claimed, with a reconciliation lease"),
-               204: (None, "nothing is due in scope")}, 400, 401, 413, 415),
+               204: (None, "nothing is due in scope")}, 400, 401, 403, 413, 415,
+              links={201: {"answer": {"operationId": "answerReconciliation",
+                                      "parameters": {"reconciliation_id": "$response.body#/reconciliation_id"}},
+                           "read": {"operationId": "getJob", "parameters": {"job_id": "$response.body#/job/job_id"}},
+                           "history": {"operationId": "getJobEvents",
+                                       "parameters": {"job_id": "$response.body#/job/job_id"}}}},
+              error_texts={403: "the request names a tenant or action outside the token's scope"}),
 )
 def claim(request: HttpRequest, body: ReconciliationClaimRequest):
     token = request.auth
     claimed = pulling.claim_reconciliation(
-        allows=token.allows, actions=_within(body.actions, token.actions), tenants=_within(body.tenants, token.tenants),
+        allows=token.allows,
+        actions=_within(token, "action", body.actions, token.actions),
+        tenants=_within(token, "tenant", body.tenants, token.tenants),
     )
     if claimed is None:
         return HttpResponse(status=204)
     return Status(201, {
         "reconciliation_id": claimed.token,
         "lease_expires_at": claimed.expires_at,
-        "job": job_json(claimed.job, attempts=False),
-        "attempt": attempt_json(claimed.attempt),
+        "job": job_json(claimed.job, token, attempts=False),
+        "attempt": attempt_json(claimed.attempt, token),
         "evidence_so_far": claimed.evidence_so_far,
     })
 
@@ -100,7 +131,8 @@ def claim(request: HttpRequest, body: ReconciliationClaimRequest):
     operation_id="answerReconciliation",
     summary="What the provider says happened to the unknown attempt",
     **answers({200: (Applied, "applied under the same rules as every reconciler")}, 400, 401, 404, 413, 415,
-              conflict="answer_refused: the reconciliation lease moved on (nothing changed; the refusal is recorded)"),
+              conflict="answer_refused: the reconciliation lease moved on, or the job's action is not "
+                       "reconciled by agents (nothing changed; the refusal is counted on the token)"),
 )
 def answer(request: HttpRequest, reconciliation_id: ReconciliationId, body: OutcomeRequest):
     from ledger.models import Job
@@ -109,11 +141,15 @@ def answer(request: HttpRequest, reconciliation_id: ReconciliationId, body: Outc
     job = Job.objects.filter(pk=job_pk).only("tenant", "action").first()
     if job is None or not request.auth.allows(tenant=job.tenant, action=job.action):
         raise ApiError(404, "not_found", "no such reconciliation")
+    token = request.auth
+    # The token's issuer stands behind its answers: they may not approve what one led to.
+    by = By(holder_name(token, body.agent), "reconciler", token.created_by)
     try:
         decision = pulling.answer_reconciliation(
-            token=reconciliation_id, agent=body.agent, outcome=body.outcome, reason=body.reason,
+            token=reconciliation_id, by=by, outcome=body.outcome, reason=body.reason,
             evidence=body.evidence, result_ref=body.result_ref, asked=body.asked,
         )
     except pulling.AnswerRefused as refused:
+        WorkerToken.objects.filter(pk=token.pk).update(answers_refused=F("answers_refused") + 1)
         raise ApiError(409, "answer_refused", str(refused)) from None
     return {"job_id": decision.job_id, "outcome": decision.outcome, "applied": decision.applied, "note": decision.note}

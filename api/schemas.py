@@ -102,6 +102,9 @@ FencingToken = Annotated[
 ]
 Text = string(2000, TEXT_PATTERN, "must contain something besides whitespace, and no NUL")
 Reference = string(500, REFERENCE_PATTERN, "one line, with no control characters", min_length=0)
+# Human text that may be empty (a reason given only for some answers): no NUL, which the
+# database's JSON cannot hold.
+OptionalText = string(2000, r"^[^\u0000]*$", "no NUL", min_length=0)
 JsonObject = Annotated[
     dict, AfterValidator(json_values.stored_object), json_values.DescribedBy(json_values.JsonObject)
 ]
@@ -218,8 +221,9 @@ class Attempt(Schema):
     delivery: DeliveryState
     execution: ExecutionState
     side_effect: SideEffectState
-    lease_owner: str
-    fencing_token: int | None
+    lease_owner: str = Field(description="The lease's owner; empty unless a worker of this token holds it.")
+    fencing_token: int | None = Field(description="The lease's fencing token; null unless a worker of this token "
+                                                   "holds it.")
     lease_expires_at: datetime | None
     heartbeat_at: datetime | None
     observed_identity: dict | None
@@ -261,6 +265,21 @@ class Result(Schema):
     job_id: str
     status: Status
     attempt: Attempt
+
+
+class Event(Schema):
+    id: int
+    at: datetime
+    attempt: int | None = Field(description="The attempt's number, if the event is about one.")
+    actor_type: str = Field(description="worker, reconciler, operator, approver or system.")
+    actor: str = Field(description="Who: a worker or agent of this token is named with the token "
+                                   "(`name [token NAME PREFIX]`); another token's worker is not named.")
+    kind: str
+    before: dict
+    after: dict
+    note: str
+    evidence: dict
+    hash: str = Field(description="This event's link in the job's SHA-256 hash chain.")
 
 
 class ErrorDetail(Schema):

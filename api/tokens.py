@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,6 +14,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from api.models import ALL, WorkerToken
+from console.admin_trail import record_change, snapshot
+from console.models import AdminAuditEntry
 
 TOKEN_PREFIX = "rk_"  # nosec B105  # the public prefix of worker tokens, not a secret
 # last_used_at is a hint for admins, not an audit trail: refresh it at most this often.
@@ -37,28 +41,98 @@ def clean_scope(name: str, values) -> list[str]:
     return [ALL] if ALL in cleaned else cleaned
 
 
+class CommandLine:
+    """Who issues or revokes a token from `manage.py worker_token` without naming a user: the
+    operating-system account, as the admin trail records it."""
+
+    pk = None
+
+    def get_username(self) -> str:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "unknown"
+        return f"cli (os user {user})"
+
+
+def _issuer_name(user) -> str:
+    return user.get_username()
+
+
+def _trail_snapshot(worker_token: WorkerToken) -> dict:
+    values = snapshot(worker_token)
+    values.pop("token_hash", None)  # the trail names the token by its prefix, never by its hash
+    return values
+
+
 @transaction.atomic
-def worker_token_create(*, name: str, tenants, actions, created_by=None) -> IssuedToken:
+def worker_token_create(*, name: str, tenants, actions, created_by=None, issued_by=None) -> IssuedToken:
+    """Issue a token. `created_by` is the user issuing it (an admin, or the user a command names);
+    `issued_by` who records it in the admin trail when that is not a user (`CommandLine()`). The
+    issuer is recorded on the token: nobody may approve a replay their token's answer led to."""
     name = (name or "").strip()
     if not name:
         raise ValueError("a token needs a name")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    tenants, actions = clean_scope("tenant", tenants), clean_scope("action", actions)
+    issuer = created_by or issued_by or CommandLine()
+    while True:  # the prefix names the token and binds its leases: never two alike
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        if not WorkerToken.objects.filter(prefix=token[:10]).exists():
+            break
     worker_token = WorkerToken.objects.create(
         name=name[:100],
         prefix=token[:10],
         token_hash=hash_token(token),
-        tenants=clean_scope("tenant", tenants),
-        actions=clean_scope("action", actions),
+        tenants=tenants,
+        actions=actions,
         created_by=created_by,
+        issued_by=_issuer_name(issuer)[:200],
     )
+    worker_token.refresh_from_db()
+    record_change(issuer, AdminAuditEntry.ADDED, worker_token, {}, _trail_snapshot(worker_token))
     return IssuedToken(worker_token, token)
 
 
-def worker_token_revoke(*, worker_token: WorkerToken) -> WorkerToken:
-    """Revoke at once; revoking twice keeps the first time."""
-    WorkerToken.objects.filter(pk=worker_token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-    worker_token.refresh_from_db(fields=["revoked_at"])
+@transaction.atomic
+def worker_token_revoke(*, worker_token: WorkerToken, by=None) -> WorkerToken:
+    """Revoke at once; revoking twice keeps the first time. The revocation is in the admin trail."""
+    before = _trail_snapshot(worker_token)
+    revoked = WorkerToken.objects.filter(pk=worker_token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    worker_token.refresh_from_db()
+    if revoked:
+        record_change(by or CommandLine(), AdminAuditEntry.CHANGED, worker_token, before,
+                      _trail_snapshot(worker_token))
     return worker_token
+
+
+# -- who holds a lease -----------------------------------------------------------------------------
+
+def _printable(text: str) -> str:
+    """The name as the API's worker names are written: printable ASCII, no space at either end."""
+    return re.sub(r"[^\x21-\x7e]+", "-", text).strip("-") or "token"
+
+
+def holder_tag(worker_token: WorkerToken) -> str:
+    """What every actor name this token writes ends with: the token's name and its (unique) prefix."""
+    return f" [token {_printable(worker_token.name)[:40]} {worker_token.prefix}]"
+
+
+def holder_name(worker_token: WorkerToken, worker: str) -> str:
+    """The name a worker (or an agent) of this token acts under: its own name, then the token's
+    tag. A lease is owned by this name, so a write naming it from another token (whose tag is
+    appended to whatever it sends) is no write of the lease's owner: the lease belongs to the
+    token that claimed it. Naming it again from this token gives the same name."""
+    tag = holder_tag(worker_token)
+    if worker.endswith(tag):
+        return worker
+    return worker[: 200 - len(tag)].rstrip() + tag
+
+
+def holds(worker_token: WorkerToken, owner: str) -> bool:
+    """Was `owner` (a lease owner, an event's actor) written by this token?"""
+    return bool(owner) and owner.endswith(holder_tag(worker_token))
 
 
 def authenticate(authorization: str) -> WorkerToken | None:

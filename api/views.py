@@ -29,13 +29,14 @@ from api.http import (
     refusal,
     server_error,
 )
-from api.models import ALL
+from api.models import ALL, WorkerToken
 from api.schemas import (
     BeginRequest,
     ClaimNextRequest,
     ClaimRequest,
     EnqueueRequest,
     Error,
+    Event,
     FailureRequest,
     IdentityRequest,
     Job,
@@ -46,10 +47,11 @@ from api.schemas import (
     SuccessRequest,
     UnknownRequest,
 )
+from api.tokens import holder_name, holds
 from ledger import models, services
 from ledger.actions import UnknownAction, get_action
 from ledger.services import scoped
-from ledger.states import JOB_STATUS_FOR_LATEST
+from ledger.states import JOB_STATUS_FOR_LATEST, ActorType
 
 
 class JsonObjectParser(Parser):
@@ -161,7 +163,7 @@ def _link(operation_id: str, lease_at: str | None = None) -> dict:
 
 
 RESULTS = ("recordSuccess", "recordFailure", "recordUnknown")
-JOB_LINKS = {"read": _link("getJob"), "claim": _link("claimJob")}
+JOB_LINKS = {"read": _link("getJob"), "claim": _link("claimJob"), "history": _link("getJobEvents")}
 LEASE_LINKS = {
     name: _link(name, lease_at="") for name in ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
 }
@@ -173,14 +175,17 @@ LEASE_ERRORS = (400, 401, 404, 413, 415)
 # -- serialisation --------------------------------------------------------------------------------
 
 
-def attempt_json(attempt: models.Attempt) -> dict:
+def attempt_json(attempt: models.Attempt, viewer: WorkerToken) -> dict:
+    """The attempt as `viewer` may see it: a lease shows its owner and fencing token only to the
+    token that claimed it."""
+    yours = holds(viewer, attempt.lease_owner)
     return {
         "number": attempt.number,
         "delivery": attempt.delivery_state,
         "execution": attempt.execution_state,
         "side_effect": attempt.side_effect_state,
-        "lease_owner": attempt.lease_owner,
-        "fencing_token": attempt.lease_token,
+        "lease_owner": attempt.lease_owner if yours else "",
+        "fencing_token": attempt.lease_token if yours else None,
         "lease_expires_at": attempt.lease_expires_at,
         "heartbeat_at": attempt.heartbeat_at,
         "observed_identity": attempt.observed_identity,
@@ -193,7 +198,7 @@ def attempt_json(attempt: models.Attempt) -> dict:
     }
 
 
-def job_json(job: models.Job, *, attempts: bool = True) -> dict:
+def job_json(job: models.Job, viewer: WorkerToken, *, attempts: bool = True) -> dict:
     body = {
         "job_id": job.job_id,
         "tenant": job.tenant,
@@ -206,11 +211,11 @@ def job_json(job: models.Job, *, attempts: bool = True) -> dict:
         "updated_at": job.updated_at,
     }
     if attempts:
-        body["attempts"] = [attempt_json(a) for a in job.attempts.order_by("number")]
+        body["attempts"] = [attempt_json(a, viewer) for a in job.attempts.order_by("number")]
     return body
 
 
-def lease_json(lease: services.Lease, job: models.Job) -> dict:
+def lease_json(lease: services.Lease, job: models.Job, viewer: WorkerToken) -> dict:
     return {
         "job_id": lease.job_id,
         "attempt": lease.attempt_number,
@@ -218,11 +223,11 @@ def lease_json(lease: services.Lease, job: models.Job) -> dict:
         "fencing_token": lease.token,
         "expires_at": lease.expires_at,
         "ttl_seconds": get_action(job.action).lease_ttl.total_seconds(),
-        "job": job_json(job, attempts=False),
+        "job": job_json(job, viewer, attempts=False),
     }
 
 
-def _result(job_id: str, attempt: models.Attempt) -> dict:
+def _result(job_id: str, attempt: models.Attempt, viewer: WorkerToken) -> dict:
     """The job's status after a step that returned `attempt`, its latest: where the ledger's rules
     allow one status only for a job whose latest attempt is in that state (running, succeeded:
     the worker loop's ordinary steps), that status, without reading the job again."""
@@ -231,7 +236,7 @@ def _result(job_id: str, attempt: models.Attempt) -> dict:
         status = statuses[0].value
     else:
         status = models.Job.objects.filter(job_id=job_id).values_list("status", flat=True).get()
-    return {"job_id": job_id, "status": status, "attempt": attempt_json(attempt)}
+    return {"job_id": job_id, "status": status, "attempt": attempt_json(attempt, viewer)}
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -269,7 +274,7 @@ def _lease_in_scope(request: HttpRequest, job_id: str, body: LeaseRequest) -> se
         job_id=job_id,
         attempt_id=attempt_id,
         attempt_number=number,
-        owner=body.owner,
+        owner=holder_name(request.auth, body.owner),
         token=body.fencing_token,
         expires_at=expires_at or timezone.now(),
     )
@@ -316,7 +321,7 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
         )
     conflict = None
     try:
-        job = services.enqueue_job(**body.model_dump(), actor=f"api:{token.name}")
+        job = services.enqueue_job(**body.model_dump(), actor=holder_name(token, "api"))
     except services.JobConflict as refused:
         conflict = refused
     if conflict is not None:
@@ -324,7 +329,7 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
         if not token.allows(**holder):  # say nothing of work this token cannot see
             raise ApiError(409, "job_id_unavailable", "this job id is taken; choose another")
         raise conflict
-    return Status(201 if job.created_now else 200, job_json(job))
+    return Status(201 if job.created_now else 200, job_json(job, token))
 
 
 @api.get(
@@ -334,7 +339,47 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
     **answers({200: (Job, "the job")}, 401, 404, links={200: {"claim": _link("claimJob")}}),
 )
 def job_detail(request: HttpRequest, job_id: JobIdInPath):
-    return job_json(_job_in_scope(request, job_id))
+    return job_json(_job_in_scope(request, job_id), request.auth)
+
+
+# Evidence that names a lease's owner or fencing token: shown only to the token that held it.
+LEASE_EVIDENCE = frozenset({"fencing_token", "stale_token", "current_token", "released_token", "lease_owner"})
+
+
+def event_json(event: models.LedgerEvent, number: int | None, viewer: WorkerToken) -> dict:
+    """An event of the job's history as `viewer` may see it: another token's worker is named
+    only as such, with no note and no fencing token (as the job's attempts hide its lease)."""
+    others = event.actor_type == ActorType.WORKER and not holds(viewer, event.actor)
+    evidence = event.evidence if isinstance(event.evidence, dict) else {}
+    # A refusal names the lease it met (the current one, maybe another token's): never shown.
+    if others or "current_token" in evidence or not holds(viewer, evidence.get("lease_owner") or event.actor):
+        evidence = {key: value for key, value in evidence.items() if key not in LEASE_EVIDENCE}
+    return {
+        "id": event.pk,
+        "at": event.at,
+        "attempt": number,
+        "actor_type": event.actor_type,
+        "actor": "another token's worker" if others else event.actor,
+        "kind": event.kind,
+        "before": event.before,
+        "after": event.after,
+        "note": "" if others else event.note,
+        "evidence": evidence,
+        "hash": event.hash,
+    }
+
+
+@api.get(
+    "/jobs/{job_id}/events",
+    operation_id="getJobEvents",
+    summary="A job's history: every event, oldest first (append-only and hash-chained)",
+    **answers({200: (list[Event], "the job's events")}, 401, 404),
+)
+def job_events(request: HttpRequest, job_id: JobIdInPath):
+    job = _job_in_scope(request, job_id)
+    events = job.events.select_related(None).order_by("id")
+    numbers = dict(job.attempts.values_list("pk", "number"))
+    return [event_json(event, numbers.get(event.attempt_id), request.auth) for event in events]
 
 
 @api.post(
@@ -352,14 +397,15 @@ def job_detail(request: HttpRequest, job_id: JobIdInPath):
     ),
 )
 def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
-    claimed = scoped.claim_in_scope(job_id=job_id, worker=body.worker, scope=_scope(request))
+    worker = holder_name(request.auth, body.worker)
+    claimed = scoped.claim_in_scope(job_id=job_id, worker=worker, scope=_scope(request))
     if claimed is not None:
-        return Status(201, lease_json(*claimed))
+        return Status(201, lease_json(*claimed, request.auth))
     scope = models.Job.objects.filter(job_id=job_id).values_list("tenant", "action").first()
     if scope is None or not request.auth.allows(tenant=scope[0], action=scope[1]):
         raise no_such_job()
-    lease = services.claim_job(job_id=job_id, worker=body.worker)
-    return Status(201, lease_json(lease, models.Job.objects.get(job_id=job_id)))
+    lease = services.claim_job(job_id=job_id, worker=worker)
+    return Status(201, lease_json(lease, models.Job.objects.get(job_id=job_id), request.auth))
 
 
 @api.post(
@@ -389,7 +435,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
     scope = claim_scope(request.auth, actions=body.actions, tenants=body.tenants)
     answer = claim_next(
         request.auth,
-        worker=body.worker,
+        worker=holder_name(request.auth, body.worker),
         scope=scope,
         wait_seconds=body.wait_seconds,
         # A single-threaded server (gunicorn's sync worker) would serve nothing else while waiting.
@@ -398,7 +444,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
     )
     if answer.lease is None:
         return answer.nothing()
-    return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id)))
+    return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id), request.auth))
 
 
 @api.post(
@@ -409,7 +455,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
 )
 def renew(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
     lease = services.renew_lease(lease=_lease_in_scope(request, job_id, body))
-    return lease_json(lease, models.Job.objects.get(job_id=job_id))
+    return lease_json(lease, models.Job.objects.get(job_id=job_id), request.auth)
 
 
 @api.post(
@@ -425,7 +471,7 @@ def renew(request: HttpRequest, job_id: JobIdInPath, body: LeaseRequest):
 )
 def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
     lease = _lease_in_scope(request, job_id, body)
-    return _result(job_id, services.verify_identity(lease=lease, observed=body.observed))
+    return _result(job_id, services.verify_identity(lease=lease, observed=body.observed), request.auth)
 
 
 @api.post(
@@ -440,12 +486,12 @@ def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
     ),
 )
 def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
-    begun = scoped.begin_in_scope(job_id=job_id, owner=body.owner, token=body.fencing_token,
-                                  sent_to=body.sent_to, scope=_scope(request))
+    begun = scoped.begin_in_scope(job_id=job_id, owner=holder_name(request.auth, body.owner),
+                                  token=body.fencing_token, sent_to=body.sent_to, scope=_scope(request))
     if begun is not None:
-        return _result(job_id, begun)
+        return _result(job_id, begun, request.auth)
     return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body),
-                                                      sent_to=body.sent_to))
+                                                      sent_to=body.sent_to), request.auth)
 
 
 @api.post(
@@ -459,14 +505,15 @@ def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
     ),
 )
 def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
-    succeeded = scoped.succeed_in_scope(job_id=job_id, owner=body.owner, token=body.fencing_token,
-                                        result_ref=body.result_ref, evidence=body.evidence, scope=_scope(request))
+    succeeded = scoped.succeed_in_scope(job_id=job_id, owner=holder_name(request.auth, body.owner),
+                                        token=body.fencing_token, result_ref=body.result_ref,
+                                        evidence=body.evidence, scope=_scope(request))
     if succeeded is not None:
-        return _result(job_id, succeeded)
+        return _result(job_id, succeeded, request.auth)
     attempt = services.record_success(
         lease=_lease_in_scope(request, job_id, body), result_ref=body.result_ref, evidence=body.evidence
     )
-    return _result(job_id, attempt)
+    return _result(job_id, attempt, request.auth)
 
 
 @api.post(
@@ -480,7 +527,7 @@ def failure(request: HttpRequest, job_id: JobIdInPath, body: FailureRequest):
         lease=_lease_in_scope(request, job_id, body), error=body.error, retryable=body.retryable,
         evidence=body.evidence,
     )
-    return _result(job_id, attempt)
+    return _result(job_id, attempt, request.auth)
 
 
 @api.post(
@@ -497,4 +544,4 @@ def unknown(request: HttpRequest, job_id: JobIdInPath, body: UnknownRequest):
     attempt = services.record_unknown(
         lease=_lease_in_scope(request, job_id, body), reason=body.reason, evidence=body.evidence
     )
-    return _result(job_id, attempt)
+    return _result(job_id, attempt, request.auth)

@@ -44,7 +44,8 @@ def open_approval_request(
     """Within the caller's transaction, job locked, latest attempt closed: ask for approval.
 
     `requested_by` is the person whose action led to the request (the operator who marked the
-    effect not found, or who sent the job back to the reconciler), or None when nobody did: then
+    effect not found, or who sent the job back to the reconciler, or who issued the worker token
+    whose agent answered not found), or None when nobody did: then
     nobody who decided on the job before may approve it (see `approve`).
     """
     request = ApprovalRequest.objects.create(
@@ -239,8 +240,12 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
     name = user.get_username()
     if request.requested_by_id is not None:
         if request.requested_by_id == user.pk:
+            through = request.requested_by_actor
+            behind = "" if through in (name, "reconciler") else (
+                f" (through {through}: an answer given with a worker token {name} issued)"
+            )
             raise ApprovalRefused(
-                f"four eyes: {name} requested this approval and cannot {what}; another approver must decide"
+                f"four eyes: {name} requested this approval{behind} and cannot {what}; another approver must decide"
             )
         return
     decided = (

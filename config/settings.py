@@ -391,6 +391,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "reckon": {"handlers": ["console"], "level": RECKON_LOG_LEVEL},
+        # Every 500 with its traceback, on stderr, whatever the debug setting: Django's own console
+        # handler is silent with debug off, and its mail to ADMINS goes nowhere without them.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 

@@ -41,7 +41,9 @@ class QueueFilterForm(forms.Form):
     action = forms.ChoiceField(required=False)
     tenant = forms.CharField(required=False, max_length=100, validators=[reject_control_characters])
     # The menu offers the usual ages; a link (an alert's) may ask for any number of minutes.
-    older_than = forms.IntegerField(label="Age", min_value=1, required=False, widget=forms.Select(choices=AGES))
+    # At most 100 years: beyond that the cut-off is before year 1 (a link asking more is ignored).
+    older_than = forms.IntegerField(label="Age", min_value=1, max_value=100 * 365 * 24 * 60, required=False,
+                                    widget=forms.Select(choices=AGES))
     q = forms.CharField(
         label="Job id or key", required=False, max_length=320, validators=[reject_control_characters]
     )

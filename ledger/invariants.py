@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from ledger.models import CHAIN_HASH
-from ledger.states import CONSISTENCY, JOB_STATUS_FOR_LATEST, LIVE_EXECUTION
+from ledger.states import CONSISTENCY, JOB_STATUS_FOR_LATEST, LIVE_EXECUTION, Execution
 
 
 @dataclass
@@ -63,7 +63,31 @@ def first_broken_event(job_pk: int) -> int | None:
     return row[1] if row else None
 
 
+# The invariant itself, read from the history rather than from the index that enforces it: each
+# event's `after` says what state its attempt was in from that event until the attempt's next
+# event; no attempt may be live in an event that falls while another attempt of its job was
+# unknown. (Every writer records the attempt it changes, so this is the history's own account.)
+LIVE_WHILE_UNKNOWN_SQL = f"""
+    WITH states AS (
+        SELECT e.job_id, e.id, (e.after->>'attempt')::int AS number, e.after->>'execution' AS execution,
+               lead(e.id) OVER (PARTITION BY e.job_id, e.after->>'attempt' ORDER BY e.id) AS until
+        FROM ledger_ledgerevent e WHERE e.after ? 'attempt' AND e.after ? 'execution'
+    )
+    SELECT j.job_id || ': attempt ' || live.number || ' ' || live.execution || ' at event ' || live.id
+           || ' while attempt ' || unknown.number || ' was unknown (since event ' || unknown.id || ')'
+    FROM states unknown
+    JOIN states live ON live.job_id = unknown.job_id AND live.number <> unknown.number
+                    AND live.id > unknown.id AND (unknown.until IS NULL OR live.id < unknown.until)
+                    AND live.execution IN ({_quoted(LIVE_EXECUTION)})
+    JOIN ledger_job j ON j.id = unknown.job_id
+    WHERE unknown.execution = '{Execution.UNKNOWN.value}'"""  # nosec B608  # SQL built from module constants (state names, fixed text)
+
 CHECKS: list[tuple[str, str, str]] = [
+    (
+        "live_while_unknown_in_history",
+        "jobs whose history shows an attempt made live while another attempt of the job was unknown",
+        LIVE_WHILE_UNKNOWN_SQL,
+    ),
     (
         "two_live_attempts",
         "jobs with more than one live attempt",

@@ -67,6 +67,9 @@ class Job(models.Model):
     recovery_pending = models.BooleanField(default=False)
     # Deliveries refused because the job was already leased or finished: a signal, shown to humans.
     duplicate_deliveries = models.PositiveIntegerField(default=0, db_default=0)
+    # Other claims refused (the previous attempt unknown, blocked, the gate, recovery): counted,
+    # and only the first of each reason per attempt written to the history.
+    claims_refused = models.PositiveBigIntegerField(default=0, db_default=0)
     # Held back by the dead-man gate (irreversible work while sweeper/reconciler are stale).
     gated_at = models.DateTimeField(null=True, blank=True)
     # The operator who said "I'm on it" and since when (`ledger.services.ownership`); "" when nobody.

@@ -86,7 +86,7 @@ class EventKind(models.TextChoices):
     RECONCILED_CONFLICT = "reconciled_conflict"
     RECONCILIATION_UNAVAILABLE = "reconciliation_unavailable"
     RECONCILIATION_GAVE_UP = "reconciliation_gave_up"
-    RECONCILIATION_ANSWER_REFUSED = "reconciliation_answer_refused"  # a pull-mode answer after its lease
+    RECONCILIATION_ANSWER_REFUSED = "reconciliation_answer_refused"  # in older histories; now counted on the token
     NOT_QUERYABLE = "not_queryable"
     # recovery after a restore
     RECOVERY_STARTED = "recovery_started"

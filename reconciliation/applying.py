@@ -118,35 +118,37 @@ def _apply_look(batch: Batch, job: Job, attempt: Attempt, look: Look, checks: li
         return Decision(job_id, finding.outcome, "superseded", "the job changed while we looked")
     evidence = {**finding.evidence, "reconciler": look.reconciler, "reason": finding.reason,
                 **({"asked": finding.asked} if finding.asked else {})}
+    by = look.by or RECONCILER
     if finding.outcome == CheckOutcome.UNAVAILABLE:
-        return _back_off(batch, job, attempt, finding, evidence)
+        return _back_off(batch, job, attempt, finding, evidence, by)
     if finding.outcome == CheckOutcome.CONFIRMED:
-        resolution.confirm(batch, job, attempt, by=RECONCILER, kind=EventKind.RECONCILED_CONFIRMED,
+        resolution.confirm(batch, job, attempt, by=by, kind=EventKind.RECONCILED_CONFIRMED,
                            note=finding.reason, evidence=evidence, result_ref=finding.result_ref)
         return Decision(job_id, finding.outcome, "succeeded", finding.result_ref)
     if finding.outcome == CheckOutcome.CONFLICT:
-        resolution.escalate(batch, job, attempt, by=RECONCILER, kind=EventKind.RECONCILED_CONFLICT,
+        resolution.escalate(batch, job, attempt, by=by, kind=EventKind.RECONCILED_CONFLICT,
                             note=finding.reason, evidence=evidence)
         return Decision(job_id, finding.outcome, "escalated", finding.reason)
     if probe:  # under recovery, the queued attempt was never sent: it may run now
-        resolution.release_from_recovery(batch, job, attempt, by=RECONCILER, note=finding.reason,
+        resolution.release_from_recovery(batch, job, attempt, by=by, note=finding.reason,
                                          evidence=evidence)
         return Decision(job_id, finding.outcome, "released", finding.reason)
     applied = resolution.not_found(
-        batch, job, attempt, by=RECONCILER, kind=EventKind.RECONCILED_NOT_FOUND, note=finding.reason,
+        batch, job, attempt, by=by, kind=EventKind.RECONCILED_NOT_FOUND, note=finding.reason,
         evidence=evidence,
         approval_reason=f"irreversible action not found at the provider; replay needs approval: {finding.reason}",
     )
     return Decision(job_id, finding.outcome, applied, finding.reason)
 
 
-def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict) -> Decision:
+def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict,
+              by: resolution.By = RECONCILER) -> Decision:
     if finding.retry_in is not None:
-        return _not_asked(batch, job, attempt, finding, evidence)
+        return _not_asked(batch, job, attempt, finding, evidence, by)
     count = job.check_count + 1
     if count >= settings.RECKON_RECONCILE_MAX_CHECKS:
         note = f"{count} lookups gave no definite answer; a person must decide. Last: {finding.reason}"
-        resolution.to_operator(batch, job, attempt, by=RECONCILER, kind=EventKind.RECONCILIATION_GAVE_UP,
+        resolution.to_operator(batch, job, attempt, by=by, kind=EventKind.RECONCILIATION_GAVE_UP,
                                note=note, evidence=evidence)
         return Decision(job.job_id, finding.outcome, "needs_operator", note)
     delay = backoff_seconds(count)
@@ -155,7 +157,7 @@ def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, eviden
     batch.record_unchanged(
         job,
         attempt,
-        **RECONCILER.fields,
+        **by.fields,
         kind=EventKind.RECONCILIATION_UNAVAILABLE,
         note=f"{finding.reason}; next look in {delay:.1f} s",
         evidence={**evidence, "check_count": count, "next_check_at": next_check_at.isoformat()},
@@ -163,7 +165,8 @@ def _back_off(batch: Batch, job: Job, attempt: Attempt, finding: Finding, eviden
     return Decision(job.job_id, finding.outcome, f"retry in {delay:.1f} s", finding.reason)
 
 
-def _not_asked(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict) -> Decision:
+def _not_asked(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evidence: dict,
+               by: resolution.By = RECONCILER) -> Decision:
     """The provider was not really asked (rate limited, or its circuit is open): the look proves
     nothing and does not count towards RECKON_RECONCILE_MAX_CHECKS; ask again when it says, with
     jitter so the deferred jobs do not all come back at once."""
@@ -173,7 +176,7 @@ def _not_asked(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evide
     batch.record_unchanged(
         job,
         attempt,
-        **RECONCILER.fields,
+        **by.fields,
         kind=EventKind.RECONCILIATION_UNAVAILABLE,
         note=f"{finding.reason}; not counted as a look; next look in {delay:.1f} s",
         evidence={**evidence, "check_count": job.check_count, "not_counted": True,

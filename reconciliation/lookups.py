@@ -48,6 +48,7 @@ class Look:
     reconciler: str | None
     finding: Finding | None
     duration_ms: int = 0
+    by: object = None  # who answered (a resolution.By), when not Reckon's own reconciler
 
 
 def look_up(job: Job, attempt: Attempt, reconciler: str | Webhook) -> Look:

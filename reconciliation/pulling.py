@@ -9,7 +9,11 @@ replays, one ReconciliationCheck per look.
 
 The lease is named by a token that pins the attempt, its version and the claim's mark. An answer
 whose lease moved on (another agent claimed the job after this lease ran out, or the job was
-resolved meanwhile) changes nothing: it is refused and recorded (`reconciliation_answer_refused`).
+resolved meanwhile), or about a job whose action agents do not reconcile, changes nothing and
+writes nothing: it is refused (the caller counts refusals; a history event per refusal would let
+any retry loop fill the history with the evidence it sends). An applied answer is recorded under
+the caller's `By` (the agent and its token), with the person behind it, who may not approve a
+replay it leads to.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from ledger.actions import PullReconciler, registered_actions
+from ledger.actions import PullReconciler, declared_action, registered_actions
 from ledger.models import Attempt, Job
 from ledger.services import (
     Batch,
@@ -27,19 +31,20 @@ from ledger.services import (
     claim_for_reconciliation,
     latest_attempt,
     lock_job,
-    record_refusal,
 )
-from ledger.states import ActorType, EventKind
+from ledger.states import ActorType
 from reconciliation.applying import Decision, apply_looks, waiting
 from reconciliation.lookups import Finding, Look, where_it_was_sent
 from reconciliation.models import CheckOutcome
 from reconciliation.reconcilers import REPORTED, prefetch_reported
+from reconciliation.resolution import By
 
 ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT, CheckOutcome.UNAVAILABLE)
 
 
 class AnswerRefused(LedgerError):
-    """The answer came after its reconciliation lease moved on; nothing changed (it is recorded)."""
+    """The answer came after its reconciliation lease moved on, or is about a job agents do not
+    reconcile; nothing changed and nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ def claim_reconciliation(*, allows, actions=None, tenants=None) -> Claimed | Non
     for the action's reconciliation lease; None when nothing is due."""
     pull = {a.name: a.reconciler for a in registered_actions() if isinstance(a.reconciler, PullReconciler)}
     names = [name for name in pull if actions is None or name in actions]
+    if tenants is not None and not tenants:
+        return None  # no tenant: nothing to claim
     for name in names:  # each action has its own lease length
         jobs = claim_for_reconciliation(limit=1, actions=[name], tenants=tenants, hold=pull[name].lease)
         # Tenants outside the caller's scope are filtered by the claim itself when `tenants` is
@@ -75,36 +82,36 @@ def claim_reconciliation(*, allows, actions=None, tenants=None) -> Claimed | Non
     return None
 
 
-def answer_reconciliation(*, token: str, agent: str, outcome: str, reason: str = "", evidence: dict | None = None,
-                          result_ref: str = "", asked: str = "") -> Decision:
-    """Apply an agent's answer under the lease `token` names, or refuse it (recorded) if that lease
-    moved on. `not_found` without a reason proves nothing, as from any reconciler, and neither does
-    one from another provider than the attempt's effect went to (`asked`, when the agent says)."""
+def answer_reconciliation(*, token: str, by: By | str, outcome: str, reason: str = "",
+                          evidence: dict | None = None, result_ref: str = "", asked: str = "") -> Decision:
+    """Apply an answer under the lease `token` names, as `by` (an agent's name, or a `By` with the
+    person behind it), or refuse it if that lease moved on or the job's action is not reconciled
+    by agents. `not_found` without a reason proves nothing, as from any reconciler, and neither
+    does one from another provider than the attempt's effect went to (`asked`, when the agent says)."""
+    if isinstance(by, str):
+        by = By(by, ActorType.RECONCILER)
     job_pk, attempt_pk, version, mark = _parse(token)
-    finding = Finding(outcome, reason, {**(evidence or {}), "agent": agent}, result_ref=result_ref, asked=asked)
+    finding = Finding(outcome, reason, {**(evidence or {}), "agent": by.actor}, result_ref=result_ref, asked=asked)
     if outcome == CheckOutcome.NOT_FOUND and not reason.strip():
         finding = Finding(CheckOutcome.UNAVAILABLE, "not_found without a stated reason why a replay is safe",
                           finding.evidence, asked=asked)
-    refused = ""
     with transaction.atomic():
         job_id = Job.objects.filter(pk=job_pk).values_list("job_id", flat=True).first()
         if job_id is None:
             raise AnswerRefused("no such reconciliation")
         job = lock_job(job_id=job_id)
+        action = declared_action(job.action)
+        if action is None or not isinstance(action.reconciler, PullReconciler):
+            raise AnswerRefused(f"answer {outcome} by {by.actor} refused: job {job.job_id}'s action {job.action} "
+                                "is not reconciled by agents, so no agent's answer can apply to it")
         attempt = latest_attempt(job)
         held = job.next_check_at is not None and _stamp(job.next_check_at) == mark
         if not held or attempt.pk != attempt_pk or attempt.version != version or not waiting(job, attempt):
-            refused = (f"answer {outcome} by {agent} refused: its reconciliation lease moved on (the job is "
-                       f"{job.status}, attempt {attempt.number} version {attempt.version}"
-                       + ("" if held else ", claimed again or rescheduled since") + ")")
-            record_refusal(job, attempt, actor_type=ActorType.RECONCILER, actor=agent[:200],
-                           kind=EventKind.RECONCILIATION_ANSWER_REFUSED, note=refused,
-                           evidence={"outcome": outcome, "reason": reason, "evidence": evidence or {}})
-        else:
-            finding = where_it_was_sent(attempt, finding)
-            [decision] = apply_looks([Look(job, attempt, f"external agent {agent}"[:200], finding)])
-    if refused:
-        raise AnswerRefused(refused)
+            raise AnswerRefused(f"answer {outcome} by {by.actor} refused: its reconciliation lease moved on (the "
+                                f"job is {job.status}, attempt {attempt.number} version {attempt.version}"
+                                + ("" if held else ", claimed again or rescheduled since") + ")")
+        finding = where_it_was_sent(attempt, finding)
+        [decision] = apply_looks([Look(job, attempt, f"external agent {by.actor}"[:200], finding, by=by)])
     return decision
 
 

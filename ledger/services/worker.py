@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
-from ledger.models import Attempt, Job
+from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.errors import (
     ClaimRefused,
     GateClosed,
@@ -65,23 +65,24 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
             why = (
                 f"job is {job.status}"
                 if not live_lease
-                else (
-                    f"attempt {attempt.number} is leased to {attempt.lease_owner} "
-                    f"(token {attempt.lease_token}) until {attempt.lease_expires_at.isoformat()}"
-                )
+                # Not naming the holder: the refused caller may be another token's worker.
+                else f"attempt {attempt.number} is leased until {attempt.lease_expires_at.isoformat()}"
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
+            reason = "job_finished" if not live_lease else "live_lease"
             with Batch() as batch:  # a counted signal, committed before the refusal is raised
                 batch.update_job(job, duplicate_deliveries=job.duplicate_deliveries + 1)
-                batch.record_unchanged(
-                    job,
-                    attempt,
-                    actor_type=ActorType.WORKER,
-                    actor=worker,
-                    kind=EventKind.DUPLICATE_DELIVERY,
-                    note=str(refusal),
-                    evidence={"reason": "job_finished" if not live_lease else "live_lease"},
-                )
+                if _first_refusal(job, attempt, EventKind.DUPLICATE_DELIVERY, reason):
+                    batch.record_unchanged(
+                        job,
+                        attempt,
+                        actor_type=ActorType.WORKER,
+                        actor=worker,
+                        kind=EventKind.DUPLICATE_DELIVERY,
+                        note=str(refusal),
+                        evidence={"reason": reason, "lease_owner": attempt.lease_owner,
+                                  "fencing_token": attempt.lease_token},
+                    )
         else:
             if attempt.execution_state == Execution.RUNNING:  # an expired lease
                 expire_lease(job, attempt, actor=worker, actor_type=ActorType.WORKER, dispatch=False)
@@ -112,17 +113,26 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimR
         reason, message = "attempt_blocked", f"attempt {attempt.number} is blocked: {attempt.error}"
     else:
         reason, message = "not_claimable", f"job is {job.status}; no attempt is queued"
-    batch.record_unchanged(
-        job,
-        attempt,
-        actor_type=ActorType.WORKER,
-        actor=worker,
-        kind=EventKind.CLAIM_REFUSED,
-        note=message,
-        evidence={"reason": reason},
-    )
+    batch.update_job(job, claims_refused=job.claims_refused + 1)
+    if _first_refusal(job, attempt, EventKind.CLAIM_REFUSED, reason):
+        batch.record_unchanged(
+            job,
+            attempt,
+            actor_type=ActorType.WORKER,
+            actor=worker,
+            kind=EventKind.CLAIM_REFUSED,
+            note=message,
+            evidence={"reason": reason},
+        )
     batch.flush()  # committed before the refusal is raised
     return ClaimRefused(reason, message)
+
+
+def _first_refusal(job: Job, attempt: Attempt, kind: EventKind, reason: str) -> bool:
+    """Is this the first refusal of its kind and reason for this attempt? Only the first is
+    written to the history; every one is counted on the job (a retry loop that asks again and
+    again would otherwise fill the history with the same refusal)."""
+    return not LedgerEvent.objects.filter(job=job, attempt=attempt, kind=kind, evidence__reason=reason).exists()
 
 
 def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:
@@ -404,7 +414,6 @@ def _held(
         f"{operation} by {lease.owner} with fencing token {lease.token} rejected: "
         f"attempt {attempt.number} is {attempt.execution_state}"
         + (", its lease expired" if expired and attempt.execution_state == Execution.RUNNING else "")
-        + f"; the job's latest fencing token is {job.lease_seq}"
     )
     record_refusal(
         job,

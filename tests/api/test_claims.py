@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -171,7 +172,8 @@ def test_a_claim_whose_client_hung_up_while_waiting_takes_nothing(api_server):
     wait_for(lambda: _waits_logged(api_server) > before, timeout=30, message="the claim to wait")
     hung_up.close()  # the worker died (or gave up) while its claim waited
     make_job("for-the-living", action="ext.alpha", tenant="acme")  # wakes the orphaned claim
-    wait_for(lambda: "claim by gone-1 ends: its client has gone" in api_server.output(), timeout=30,
+    wait_for(lambda: re.search(r"claim by gone-1 \[token [^]]+\] ends: its client has gone", api_server.output()),
+             timeout=30,
              message="the orphaned claim to notice")
     assert Job.objects.get(job_id="for-the-living").status == "pending"
     lease = Client(api_server.url, token).next_lease("alive-1", wait_seconds=0)

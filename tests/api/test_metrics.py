@@ -97,6 +97,7 @@ def test_it_parses_and_every_count_matches_the_database():
     kinds = Counter(LedgerEvent.objects.values_list("kind", flat=True))
     assert samples[("reckon_late_writes_rejected_total", ())] == kinds["late_write_rejected"] == 1
     assert samples[("reckon_duplicate_deliveries_total", ())] == kinds["duplicate_delivery"] == 1
+    assert samples[("reckon_claims_refused_total", ())] == sum(Job.objects.values_list("claims_refused", flat=True))
     assert (
         samples[("reckon_lease_expiries_total", (("outcome", "reclaimed"),))]
         == kinds["lease_expired_reclaimed"]
@@ -133,8 +134,9 @@ def test_it_works_without_the_reconciliation_and_approvals_apps(settings):
 def test_it_is_one_query_per_family(django_assert_max_num_queries):
     _workload()
     with django_assert_max_num_queries(
-        13
-    ):  # jobs, 3 attempt ledgers, unknown work, events, 2 optional (+savepoints), oldest approval
+        15
+    ):  # jobs, 3 attempt ledgers, unknown work, events, job counters, tokens' refused answers,
+    # 2 optional (+savepoints), oldest approval
     # (the dead-man gate adds two more when it is enabled; these tests disable it)
         scrape()
 

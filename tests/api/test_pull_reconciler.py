@@ -55,7 +55,8 @@ def test_the_helper_claims_a_look_up_and_answers_it(pull_server):
     assert applied["applied"] == "succeeded"
     assert (latest_attempt("look-1").result_ref, Job.objects.get(job_id="look-1").status) == ("note-77", "succeeded")
     check = ReconciliationCheck.objects.get(job__job_id="look-1")
-    assert (check.outcome, check.evidence["agent"]) == ("confirmed", "agent-1")
+    assert check.outcome == "confirmed"
+    assert check.evidence["agent"].startswith("agent-1 [token agent rk_")  # the agent's name, then its token's
     with pytest.raises(ReckonError) as late:  # answered already: the lease moved on
         look_up.answer(Finding.NOT_FOUND, reason="changed my mind")
     assert late.value.code == "answer_refused"

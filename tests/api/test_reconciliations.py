@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.db import connection
 
+from api.models import WorkerToken
 from approvals.models import ApprovalRequest
 from ledger.actions import _registry
 from ledger.declarations import load_actions_file
@@ -61,8 +62,12 @@ def test_an_agent_claims_unknown_work_and_its_answer_closes_the_job(api, pull_ac
     assert answered.status == 200 and answered.json["applied"] == "succeeded"
     assert latest_attempt("r1").result_ref == "re_9"
     check = ReconciliationCheck.objects.get(job__job_id="r1")
-    assert (check.reconciler, check.outcome, check.evidence["agent"]) == ("external agent agent-1", "confirmed",
-                                                                         "agent-1")
+    token = WorkerToken.objects.get(name="all")
+    answered_as = f"agent-1 [token all {token.prefix}]"
+    assert (check.reconciler, check.outcome, check.evidence["agent"]) == (f"external agent {answered_as}",
+                                                                         "confirmed", answered_as)
+    # The outcome is recorded under the agent's and the token's name, not "reconciler".
+    assert LedgerEvent.objects.get(job__job_id="r1", kind="reconciled_confirmed").actor == answered_as
     assert_ledger_clean()
 
 
@@ -89,7 +94,7 @@ def test_not_found_follows_the_same_rules(api, pull_actions):
     assert_ledger_clean()
 
 
-def test_an_answer_after_the_lease_moved_on_is_refused_and_recorded(api, pull_actions):
+def test_an_answer_after_the_lease_moved_on_is_refused_and_counted_not_written(api, pull_actions):
     unknown_job("r4", "pull.refund", PAYLOAD)
     first = api.post(CLAIM, {"agent": "agent-1"}).json
     with connection.cursor() as cursor:  # agent-1 is slow: its lease runs out
@@ -100,8 +105,13 @@ def test_an_answer_after_the_lease_moved_on_is_refused_and_recorded(api, pull_ac
     late = _outcome(api, first, outcome="not_found", reason="nothing there")
     assert late.status == 409 and late.json["error"]["code"] == "answer_refused"
     assert "its reconciliation lease moved on" in late.json["error"]["message"]
-    refused = LedgerEvent.objects.get(job__job_id="r4", kind="reconciliation_answer_refused")
-    assert refused.actor == "agent-1" and refused.evidence["outcome"] == "not_found"
+    events = LedgerEvent.objects.filter(job__job_id="r4").count()
+    for _ in range(5):  # a retry loop with a big body writes nothing to the history
+        again = _outcome(api, first, outcome="not_found", reason="nothing there", evidence={"blob": "x" * 100_000})
+        assert again.status == 409
+    assert LedgerEvent.objects.filter(job__job_id="r4").count() == events
+    assert not LedgerEvent.objects.filter(kind="reconciliation_answer_refused").exists()
+    assert WorkerToken.objects.get(name="all").answers_refused == 6
     assert latest_attempt("r4").number == 1  # the late "not found" replayed nothing
     assert api.post(f"/api/v1/reconciliations/{second['reconciliation_id']}/outcome",
                     {"agent": "agent-2", "outcome": "confirmed", "reason": "found"}).json["applied"] == "succeeded"
@@ -140,3 +150,47 @@ def test_a_token_sees_only_its_scope(pull_actions):
                               {"agent": "g", "outcome": "confirmed", "reason": "x"})
     assert stranger.status == 404 and stranger.json["error"]["code"] == "not_found"
     assert Job.objects.get(job_id="r5").status == "needs_reconciliation"
+
+
+def test_an_answer_for_a_job_agents_do_not_reconcile_is_refused_and_changes_nothing(api, pull_actions):
+    unknown_job("r6", "pull.refund", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    unknown_job("m6", "reckon.echo", PAYLOAD)  # reconciled by Reckon's own reconciler, not by agents
+    job, attempt = Job.objects.get(job_id="m6"), latest_attempt("m6")
+    forged = f"{job.pk}-{attempt.pk}-{attempt.version}-{claimed['reconciliation_id'].split('-')[3]}"
+    events = LedgerEvent.objects.count()
+    answer = api.post(f"/api/v1/reconciliations/{forged}/outcome",
+                      {"agent": "agent-1", "outcome": "not_found", "reason": "trust me"})
+    assert answer.status == 409 and answer.json["error"]["code"] == "answer_refused"
+    assert "reckon.echo is not reconciled by agents" in answer.json["error"]["message"]
+    assert LedgerEvent.objects.count() == events and latest_attempt("m6").execution_state == "unknown"
+    assert WorkerToken.objects.get(name="all").answers_refused == 1
+
+
+@pytest.mark.parametrize("body, reason", [
+    ({"agent": "a", "tenants": []}, "tenants"),
+    ({"agent": "a", "actions": []}, "actions"),
+])
+def test_a_claim_naming_no_tenant_or_no_action_is_refused_with_a_reason(api, pull_actions, body, reason):
+    unknown_job("r7", "pull.refund", PAYLOAD)
+    answer = api.post(CLAIM, body)
+    assert answer.status == 400 and reason in answer.json["error"]["fields"]
+
+
+def test_a_claim_naming_tenants_outside_the_tokens_scope_is_refused_with_a_reason(pull_actions):
+    unknown_job("r8", "pull.refund", PAYLOAD)
+    narrow = ApiClient(issue(tenants=["acme"], actions=["pull.refund"], name="narrow"))
+    answer = narrow.post(CLAIM, {"agent": "a", "tenants": ["globex"]})
+    assert answer.status == 403 and "may not reconcile for tenant(s) globex" in answer.json["error"]["message"]
+    answer = narrow.post(CLAIM, {"agent": "a", "actions": ["reckon.echo"]})
+    assert answer.status == 403 and "action(s) reckon.echo" in answer.json["error"]["message"]
+    assert narrow.post(CLAIM, {"agent": "a", "tenants": ["acme"]}).status == 201
+
+
+def test_a_reason_with_a_nul_is_refused_with_a_reason_not_a_500(api, pull_actions):
+    """Found by Schemathesis following the claim's link to the answer: the database's JSON cannot hold NUL."""
+    unknown_job("r9", "pull.refund", PAYLOAD)
+    claimed = api.post(CLAIM, {"agent": "agent-1"}).json
+    answer = _outcome(api, claimed, outcome="not_found", reason="\u00ae\u0000")
+    assert answer.status == 400 and "no NUL" in answer.json["error"]["fields"]["reason"]
+    assert latest_attempt("r9").execution_state == "unknown"

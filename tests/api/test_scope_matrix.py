@@ -36,16 +36,29 @@ ENDPOINTS = {
 }
 
 
-def _leased(job_id: str) -> services.Lease:
+def _leased(job_id: str, worker: str = "w-1") -> services.Lease:
     services.enqueue_job(job_id=job_id, tenant="acme", action="reckon.echo", payload={})
-    return services.claim_job(job_id=job_id, worker="w-1")
+    return services.claim_job(job_id=job_id, worker=worker)
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("scope", [*SCOPES, "no_token", "revoked"])
 def test_scope_matrix(scope, endpoint):
-    lease = _leased("j")
-    begun = _leased("begun")
+    from api.models import WorkerToken
+    from api.tokens import holder_name, worker_token_revoke
+
+    if scope == "no_token":
+        token = None
+    elif scope == "revoked":
+        token = issue(name="revoked")
+        worker_token_revoke(worker_token=WorkerToken.objects.get(name="revoked"))
+    else:
+        tenants, actions = SCOPES[scope]
+        token = issue(tenants, actions, name=scope)
+    # The leases are this token's (a lease belongs to the token that claimed it).
+    worker = holder_name(WorkerToken.objects.get(name=scope), "w-1") if token else "w-1"
+    lease = _leased("j", worker)
+    begun = _leased("begun", worker)
     services.begin_side_effect(lease=begun)
     services.enqueue_job(job_id="fresh", tenant="acme", action="reckon.echo", payload={})
     lease_of = {"owner": lease.owner, "fencing_token": lease.token}
@@ -53,18 +66,6 @@ def test_scope_matrix(scope, endpoint):
         "success": {"owner": begun.owner, "fencing_token": begun.token},
         "unknown": {"owner": begun.owner, "fencing_token": begun.token, "reason": "lost"},
     }
-
-    if scope == "no_token":
-        token = None
-    elif scope == "revoked":
-        from api.models import WorkerToken
-        from api.tokens import worker_token_revoke
-
-        token = issue(name="revoked")
-        worker_token_revoke(worker_token=WorkerToken.objects.get(name="revoked"))
-    else:
-        tenants, actions = SCOPES[scope]
-        token = issue(tenants, actions, name=scope)
 
     method, path, body_of, ok = ENDPOINTS[endpoint]
     body = bodies.get(endpoint) or body_of(lease_of)

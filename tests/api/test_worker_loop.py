@@ -17,6 +17,13 @@ def _claim(api: ApiClient, job_id: str = "j-1", worker: str = "w-1") -> dict:
     return answer.json
 
 
+def _as_token(worker: str) -> str:
+    """The name a worker of the test's token (named "all") acts under."""
+    from api.models import WorkerToken
+
+    return f"{worker} [token all {WorkerToken.objects.get(name='all').prefix}]"
+
+
 def _enqueued(api: ApiClient, **overrides) -> dict:
     answer = api.post("/api/v1/jobs", {**ECHO, **overrides})
     assert answer.status == 201, answer.json
@@ -92,7 +99,7 @@ def test_it_reads_a_job_and_its_attempts(api):
     job = api.get("/api/v1/jobs/j-1").json
     assert job["status"] == "running"
     assert (
-        job["attempts"][0] | {"lease_owner": "w-1", "fencing_token": 1, "delivery": "leased"}
+        job["attempts"][0] | {"lease_owner": _as_token("w-1"), "fencing_token": 1, "delivery": "leased"}
         == job["attempts"][0]
     )
 
@@ -113,7 +120,7 @@ def test_wrong_methods_are_405_with_allow(api):
 def test_a_claim_returns_the_lease_and_the_work(api):
     _enqueued(api)
     lease = _claim(api)
-    assert lease["owner"] == "w-1" and lease["fencing_token"] == 1 and lease["attempt"] == 1
+    assert lease["owner"] == _as_token("w-1") and lease["fencing_token"] == 1 and lease["attempt"] == 1
     assert lease["expires_at"] and lease["job"]["idempotency_key"] == "reckon.echo:j-1"
     assert lease["job"]["payload"] == {"n": 1}
 
@@ -127,7 +134,7 @@ def test_a_duplicate_delivery_is_refused_with_its_reason(api):
         answer.json["error"] | {"code": "claim_refused", "reason": "duplicate_delivery"}
         == answer.json["error"]
     )
-    assert latest_attempt("j-1").lease_owner == "w-1"
+    assert latest_attempt("j-1").lease_owner == _as_token("w-1")
 
 
 def test_the_full_cycle_succeeds(api):

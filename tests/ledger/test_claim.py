@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from ledger import services
-from ledger.models import Attempt, Job
+from ledger.models import Attempt, Job, LedgerEvent
 from tests.conftest import event_kinds, expire_lease, latest_attempt, make_job
 
 pytestmark = pytest.mark.django_db
@@ -26,13 +26,39 @@ def test_a_duplicate_delivery_during_a_live_lease_is_refused_and_recorded():
     make_job("j")
     services.claim_job(job_id="j", worker="w1")
     before = Attempt.objects.values().get()
-    with pytest.raises(services.ClaimRefused, match="leased to w1") as refused:
+    with pytest.raises(services.ClaimRefused, match="is leased until") as refused:
         services.claim_job(job_id="j", worker="w2")
     assert refused.value.reason == "duplicate_delivery"
+    assert "w1" not in str(refused.value)  # the refused caller may be another token's worker
     assert Attempt.objects.values().get() == before
     assert Job.objects.get(job_id="j").lease_seq == 1
     assert Job.objects.get(job_id="j").duplicate_deliveries == 1
     assert event_kinds("j")[-1] == "duplicate_delivery"
+    recorded = LedgerEvent.objects.get(job__job_id="j", kind="duplicate_delivery")
+    assert (recorded.evidence["lease_owner"], recorded.evidence["fencing_token"]) == ("w1", 1)
+
+
+def test_a_refused_claim_asked_again_and_again_is_counted_and_written_once():
+    """Issue 24: one naive retry loop wrote 843 refusals into a job's history."""
+    make_job("j")
+    lease = services.claim_job(job_id="j", worker="w1")
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="dropped")
+    for _ in range(20):
+        with pytest.raises(services.ClaimRefused, match="no retry until it is reconciled"):
+            services.claim_job(job_id="j", worker="w2")
+    for _ in range(5):
+        with pytest.raises(services.ClaimRefused):
+            services.claim_job(job_id="j", worker="w3")
+    job = Job.objects.get(job_id="j")
+    assert job.claims_refused == 25 and event_kinds("j").count("claim_refused") == 1
+    make_job("k")
+    services.claim_job(job_id="k", worker="w1")
+    for _ in range(10):
+        with pytest.raises(services.ClaimRefused, match="duplicate delivery"):
+            services.claim_job(job_id="k", worker="w2")
+    assert Job.objects.get(job_id="k").duplicate_deliveries == 10
+    assert event_kinds("k").count("duplicate_delivery") == 1
 
 
 def test_a_delivery_of_a_finished_job_is_refused_as_a_duplicate():

@@ -4,7 +4,8 @@ from django.db import connection
 
 from ledger import services
 from ledger.invariants import find_violations
-from tests.conftest import expire_lease, make_job
+from ledger.models import Job, LedgerEvent
+from tests.conftest import expire_lease, latest_attempt, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,7 @@ def test_it_is_clean_after_real_work(capsys):
     _workload()
     assert _broken() == {}
     call_command("ledger_check")
-    assert "all 11 invariants hold" in capsys.readouterr().out
+    assert "all 12 invariants hold" in capsys.readouterr().out
 
 
 def _raw(statement: str, params=()):
@@ -73,3 +74,21 @@ def test_it_reports_a_disabled_history_trigger():
     _workload()
     _raw("ALTER TABLE ledger_ledgerevent DISABLE TRIGGER ALL")
     assert "history_not_protected" in _broken()
+
+
+def test_it_finds_in_the_history_an_attempt_made_live_while_another_was_unknown(capsys):
+    """The invariant itself, from the history: forge an event (inserts pass the triggers) that
+    opens attempt 2 while attempt 1 of job "lost" is still unknown."""
+    _workload()
+    lost = Job.objects.get(job_id="lost")
+    assert latest_attempt("lost").execution_state == "unknown" and _broken() == {}
+    LedgerEvent.objects.create(
+        job=lost, attempt=None, actor_type="system", actor="forger", kind="attempt_opened",
+        before={"job": lost.status},
+        after={"job": lost.status, "attempt": 2, "execution": "not_started", "delivery": "queued",
+               "side_effect": "not_attempted"},
+    )
+    assert _broken() == {"live_while_unknown_in_history": 1}
+    with pytest.raises(CommandError, match="live_while_unknown_in_history"):
+        call_command("ledger_check")
+    assert "lost: attempt 2 not_started at event" in capsys.readouterr().out
