@@ -14,8 +14,8 @@ from axes.handlers.database import AxesDatabaseHandler
 from axes.helpers import get_cool_off
 from axes.models import AccessAttempt, AccessLog
 from django.conf import settings
-from django.db.models import Max, Sum
 from django.contrib.auth import get_user_model
+from django.db.models import Max, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone

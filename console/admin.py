@@ -4,13 +4,12 @@ config/schedules.py); what stays writable, each change written to the admin trai
 transaction: people, groups, tenant scopes, worker tokens (api/admin.py, through api.tokens) and
 the deletion of a login attempt (which lifts a lock-out)."""
 
+from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin, AccessLogAdmin
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db import transaction
-
-from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin, AccessLogAdmin
-from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django_q.admin import FailAdmin, QueueAdmin, ScheduleAdmin, TaskAdmin
 from django_q.models import Failure, OrmQ, Schedule, Success
 

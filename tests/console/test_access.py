@@ -353,9 +353,8 @@ def _admin_pages(tenant: str) -> list[tuple[str, object]]:
 def test_admin_pages(client, world, user_of, admin_user, persona, tenant):
     from django.contrib.auth.models import Permission
 
-    from tests.console.test_admin import _attempt
-
     from reconciliation.models import CheckOutcome, ReconciliationCheck
+    from tests.console.test_admin import _attempt
 
     _attempt()  # a login attempt, so axes' page has a row too
     for t in WEIGHT:  # a look at the provider for each tenant (the world's jobs had none)
