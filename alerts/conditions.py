@@ -3,6 +3,9 @@
 Each check returns a `Reading`: whether the condition holds, a sentence saying what (with the
 figures), and the console path of the queue filtered to it. The ages are counted from the job's
 creation, as on the overview and in the queue's "Age" filter, so the link shows the same jobs.
+
+An alert goes to one channel for the whole deployment, so it names no job: it counts the jobs per
+tenant, and the link shows each person the jobs of their own tenants (the console's fence).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
@@ -45,6 +48,20 @@ def duration(seconds: float) -> str:
     return text if days or not minutes else f"{text} {minutes} min"
 
 
+# How many tenants an alert names; the others are counted together.
+TENANTS_SHOWN = 5
+
+
+def per_tenant(jobs: QuerySet, tenant_field: str = "tenant") -> str:
+    """'acme 3, globex 1': how many of `jobs` each tenant has, the most first."""
+    counts = list(jobs.order_by().values(tenant_field).annotate(n=Count("pk")).order_by("-n", tenant_field))
+    shown = [f"{row[tenant_field]} {row['n']}" for row in counts[:TENANTS_SHOWN]]
+    if len(counts) > TENANTS_SHOWN:
+        rest = sum(row["n"] for row in counts[TENANTS_SHOWN:])
+        shown.append(f"{rest} in {len(counts) - TENANTS_SHOWN} other tenants")
+    return ", ".join(shown)
+
+
 def queue_path(**filters) -> str:
     return reverse("queue") + "?" + urlencode(filters)
 
@@ -58,7 +75,7 @@ def unknown_too_old() -> Reading:
     bound = settings.RECKON_ALERT_UNKNOWN_AGE_S
     cutoff = timezone.now() - timedelta(seconds=bound)
     old = Job.objects.filter(status__in=UNKNOWN_WORK, created_at__lt=cutoff)
-    oldest = old.order_by("created_at").values("job_id", "status", "created_at").first()
+    oldest = old.order_by("created_at").values("tenant", "status", "created_at").first()
     condition = AlertCondition.UNKNOWN_TOO_OLD
     if oldest is None:
         return Reading(condition, False, f"No unknown work is older than {duration(bound)}.",
@@ -68,8 +85,8 @@ def unknown_too_old() -> Reading:
     age = (timezone.now() - oldest["created_at"]).total_seconds()
     return Reading(
         condition, True,
-        f"{count} unknown job{'s' if count != 1 else ''} older than {duration(bound)}; the oldest, "
-        f"{oldest['job_id']} ({oldest['status']}), has waited {duration(age)}.",
+        f"{count} unknown job{'s' if count != 1 else ''} older than {duration(bound)} ({per_tenant(old)}); "
+        f"the oldest ({oldest['tenant']}, {oldest['status']}) has waited {duration(age)}.",
         queue_path(tab=tab, older_than=_older_than_minutes(bound)),
     )
 
@@ -78,7 +95,7 @@ def approval_waiting() -> Reading:
     bound = settings.RECKON_ALERT_APPROVAL_WAIT_S
     cutoff = timezone.now() - timedelta(seconds=bound)
     waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, created_at__lt=cutoff)
-    oldest = waiting.order_by("created_at").values("job__job_id", "created_at").first()
+    oldest = waiting.order_by("created_at").values("job__tenant", "created_at").first()
     condition = AlertCondition.APPROVAL_WAITING
     # A job waiting for approval was created before its request, so the Age filter keeps it.
     path = queue_path(tab="human", status=JobStatus.AWAITING_APPROVAL.value, older_than=_older_than_minutes(bound))
@@ -88,8 +105,8 @@ def approval_waiting() -> Reading:
     age = (timezone.now() - oldest["created_at"]).total_seconds()
     return Reading(
         condition, True,
-        f"{count} approval request{'s' if count != 1 else ''} waiting longer than {duration(bound)}; the "
-        f"oldest, for {oldest['job__job_id']}, has waited {duration(age)}.",
+        f"{count} approval request{'s' if count != 1 else ''} waiting longer than {duration(bound)} "
+        f"({per_tenant(waiting, 'job__tenant')}); the oldest ({oldest['job__tenant']}) has waited {duration(age)}.",
         path,
     )
 
@@ -112,17 +129,15 @@ def reconciliation_conflict() -> Reading:
     conflicted = Job.objects.filter(status=JobStatus.ESCALATED).filter(
         Exists(LedgerEvent.objects.filter(job=OuterRef("pk"), kind=EventKind.RECONCILED_CONFLICT))
     )
-    ids = list(conflicted.order_by("created_at").values_list("job_id", flat=True)[:6])
     path = queue_path(tab="human", status=JobStatus.ESCALATED.value)
-    if not ids:
+    count = conflicted.count()
+    if not count:
         return Reading(AlertCondition.RECONCILIATION_CONFLICT, False,
                        "No job escalated by a reconciliation conflict is waiting.", path)
-    count = conflicted.count()
-    shown = ", ".join(ids[:5]) + (", …" if count > 5 else "")
     return Reading(
         AlertCondition.RECONCILIATION_CONFLICT, True,
         f"Reconciliation answered conflict: {count} escalated job{'s' if count != 1 else ''} need a person "
-        f"({shown}).",
+        f"({per_tenant(conflicted)}).",
         path,
     )
 

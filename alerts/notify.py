@@ -1,10 +1,14 @@
 """Sending one alert message: to the webhook (Slack-compatible JSON `{"text": ...}`) and by email
-through Django's mail backend, to whichever is configured."""
+through Django's mail backend, to whichever is configured.
+
+The webhook is POSTed to exactly the configured URL: a redirect is not followed (it would let
+whoever answers there point the worker host at any address), it is a failed delivery, logged."""
 
 from __future__ import annotations
 
 import json
 import logging
+import urllib.error
 import urllib.request
 
 from django.conf import settings
@@ -51,6 +55,16 @@ def send(subject: str, text: str) -> list[str]:
     return delivered
 
 
+class RedirectRefused(urllib.request.HTTPRedirectHandler):
+    """Answers a 3xx with an error instead of a request to wherever it points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl} not followed", headers, fp)
+
+
+_OPENER = urllib.request.build_opener(RedirectRefused)
+
+
 def _post_webhook(text: str) -> None:
     url = settings.RECKON_ALERT_WEBHOOK_URL
     if not url.startswith(("https://", "http://")):
@@ -61,6 +75,6 @@ def _post_webhook(text: str) -> None:
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    # urlopen raises on an answer outside 2xx (redirects followed).
-    with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S):  # nosec B310  # an http(s) URL the operator configured
+    # Raises on an answer outside 2xx, a 3xx included (RedirectRefused).
+    with _OPENER.open(request, timeout=WEBHOOK_TIMEOUT_S):  # nosec B310  # an http(s) URL the operator configured
         pass

@@ -7,7 +7,10 @@ it names that action (an HTTP worker that races a django-q2 worker for a job is 
 claim is fenced, but each lost race is recorded as a duplicate delivery).
 
 A claim that finds nothing waits up to `wait_seconds` for work to arrive (see `api.waiting`),
-without holding a database connection, and answers 204 if none came.
+without holding a database connection, and answers 204 if none came, saying why in
+`Reckon-Reason` (and `Reckon-Detail`): `no_work`; `dead_man_gate`, when irreversible jobs in
+scope are held because the sweeper or the reconciler is not running (with Retry-After); or
+`cannot_wait`, when this server could not hold the wait (with Retry-After).
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
+from django.http import HttpResponse
 
 from api.http import ApiError
 from api.models import ALL, WorkerToken
 from api.waiting import ClaimWaits
 from ledger import services
 from ledger.actions import registered_actions
+from ledger.gate import gate_status
+from ledger.models import Job
+from ledger.states import JobStatus
 
 log = logging.getLogger("reckon.api.claims")
 WAITS = ClaimWaits(limit=lambda: settings.RECKON_CLAIM_WAITS)
@@ -63,10 +70,33 @@ def claim_scope(token: WorkerToken, *, actions: list[str] | None, tenants: list[
     return ClaimScope(chosen, None if ALL in token.tenants else frozenset(token.tenants))
 
 
+# The headers of an empty answer, as the OpenAPI document describes them.
+NOTHING_HEADERS = {
+    "Reckon-Reason": {"description": "Why nothing was claimed: no_work, dead_man_gate, cannot_wait or client_gone.",
+                      "schema": {"type": "string"}},
+    "Reckon-Detail": {"description": "The reason in a sentence (for dead_man_gate: which loop is not running).",
+                      "schema": {"type": "string"}},
+    "Retry-After": {"description": "Seconds to wait before asking again, when the server knows.",
+                    "schema": {"type": "integer", "minimum": 1}},
+}
+
+
 @dataclass(frozen=True)
 class ClaimAnswer:
     lease: services.Lease | None
-    retry_after: int | None = None  # set when the server could not hold the wait
+    retry_after: int | None = None  # when to ask again: set when the wait could not be held, or the gate holds
+    reason: str = "no_work"  # why no lease: no_work, dead_man_gate, cannot_wait, client_gone
+    detail: str = ""
+
+    def nothing(self) -> HttpResponse:
+        """The 204 of a claim that got nothing, with why and (when known) when to ask again."""
+        response = HttpResponse(status=204)
+        response["Reckon-Reason"] = self.reason
+        if self.detail:
+            response["Reckon-Detail"] = self.detail
+        if self.retry_after is not None:
+            response["Retry-After"] = str(self.retry_after)
+        return response
 
 
 def claim_next(
@@ -79,33 +109,58 @@ def claim_next(
     def claim() -> services.Lease | None:
         return services.claim_next_job(worker=worker, actions=scope.actions, tenants=scope.tenants)
 
-    if wait_seconds <= 0:
-        return ClaimAnswer(claim())
     poll = max(settings.RECKON_CLAIM_POLL_S, 0.1)
+
+    def answer(lease: services.Lease | None, *, waited: bool) -> ClaimAnswer:
+        if lease is not None:
+            return ClaimAnswer(lease)
+        held = _held_by_the_gate(scope)
+        if held:
+            return ClaimAnswer(None, retry_after=_seconds(poll), reason="dead_man_gate", detail=held)
+        if not waited:
+            return ClaimAnswer(None, retry_after=_seconds(poll), reason="cannot_wait",
+                               detail="this server could not hold the wait: ask again after Retry-After")
+        return ClaimAnswer(None, detail="nothing claimable in scope came within the wait")
+
+    if wait_seconds <= 0:
+        return answer(claim(), waited=True)  # nothing to hold: an ordinary empty answer
     if not can_wait:  # a single-threaded server: a wait would stop the whole process
-        return ClaimAnswer(claim(), retry_after=_seconds(poll))
+        return answer(claim(), waited=False)
     deadline = time.monotonic() + wait_seconds
     # Registered before the first look, so that work arriving during it wakes this claim.
     with WAITS.waiter(scope.covers) as waiter:
         if waiter is None:  # this process holds its share of waits: look once, come back later
-            return ClaimAnswer(claim(), retry_after=_seconds(poll))
+            return answer(claim(), waited=False)
         first = True
         while True:
             waiter.arm()
             if not first and client_gone():
                 log.debug("claim by %s ends: its client has gone", worker)
-                return ClaimAnswer(None)
+                return ClaimAnswer(None, reason="client_gone")
             if not first and not WorkerToken.objects.active().filter(pk=token.pk).exists():
                 raise ApiError(401, "unauthorized", "the token was revoked while the claim waited")
             lease = claim()
             remaining = deadline - time.monotonic()
             if lease is not None or remaining <= 0:
-                return ClaimAnswer(lease)
+                return answer(lease, waited=True)
             if first:
                 log.debug("claim by %s waits up to %.0f s for %s", worker, remaining, scope)
                 first = False
             connection.close()  # hold no database connection while waiting
             waiter.wait(min(remaining, poll))
+
+
+def _held_by_the_gate(scope: ClaimScope) -> str:
+    """Why the dead-man gate keeps jobs of this scope from the workers, or "" when it keeps none."""
+    held = Job.objects.filter(gated_at__isnull=False, status=JobStatus.PENDING, action__in=scope.actions)
+    if scope.tenants is not None:
+        held = held.filter(tenant__in=scope.tenants)
+    if not held.exists():
+        return ""
+    gate = gate_status()
+    if gate.open:
+        return ""  # reopened: the held jobs are being released to the workers
+    return f"irreversible jobs in scope are held by the dead-man gate: {gate.reason}"
 
 
 def _seconds(value: float) -> int:

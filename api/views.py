@@ -9,7 +9,7 @@ compare-and-set decides. A job outside the token's tenants and actions is, to th
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
@@ -18,7 +18,7 @@ from ninja.parser import Parser
 from ninja.responses import Status
 
 from api.body import parse_json_object
-from api.claims import claim_next, claim_scope, client_gone_from
+from api.claims import NOTHING_HEADERS, claim_next, claim_scope, client_gone_from
 from api.http import (
     ApiError,
     WorkerTokenAuth,
@@ -128,7 +128,8 @@ STALE = "stale_lease: the lease is no longer current (nothing changed; the rejec
 
 
 def answers(
-    ok: dict, *errors: int, conflict: str = "", links: dict | None = None, error_texts: dict | None = None
+    ok: dict, *errors: int, conflict: str = "", links: dict | None = None, error_texts: dict | None = None,
+    headers: dict | None = None,
 ) -> dict:
     """`response` and `openapi_extra` for an operation: its schemas, and what each answer means."""
     codes = [*errors, 409] if conflict else list(errors)
@@ -138,6 +139,8 @@ def answers(
         descriptions[409] = {"description": conflict}
     for status, operation_links in (links or {}).items():
         descriptions[status]["links"] = operation_links
+    for status, operation_headers in (headers or {}).items():
+        descriptions[status]["headers"] = operation_headers
     return {
         "response": {**{status: schema for status, (schema, _) in ok.items()}, frozenset(codes): Error},
         "openapi_extra": {"responses": descriptions},
@@ -364,8 +367,11 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
     **answers(
         {
             201: (Lease, "leased, with the next fencing token (exactly as a claim by id)"),
-            204: (None, "nothing claimable came within the wait; with Retry-After when this server could "
-                        "not hold the wait (ask again after that many seconds)"),
+            204: (None, "nothing claimable came within the wait; `Reckon-Reason` says why (no_work; "
+                        "dead_man_gate: irreversible jobs in scope are held while the sweeper or the "
+                        "reconciler is not running; cannot_wait: this server could not hold the wait) and "
+                        "`Reckon-Detail` in a sentence; with Retry-After (seconds) when it knows when to ask "
+                        "again"),
         },
         400,
         401,
@@ -374,6 +380,7 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
         415,
         error_texts={403: "the request names a tenant or action outside the token's scope"},
         links={201: LEASE_LINKS},
+        headers={204: NOTHING_HEADERS},
     ),
 )
 def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
@@ -388,10 +395,7 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
         client_gone=client_gone_from(request.META),
     )
     if answer.lease is None:
-        nothing = HttpResponse(status=204)
-        if answer.retry_after is not None:
-            nothing["Retry-After"] = str(answer.retry_after)
-        return nothing
+        return answer.nothing()
     return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id)))
 
 

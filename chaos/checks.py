@@ -28,6 +28,7 @@ class RunResult:
     ledger_violations: int = 0
     recover_seconds: float = 0.0
     expectations: list[str] = field(default_factory=list)  # scenario-specific failures
+    figures: dict = field(default_factory=dict)  # what a scenario counted (kills, unknowns...), by name
     error: str = ""
 
     @property

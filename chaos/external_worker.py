@@ -1,10 +1,15 @@
 """An external worker for the chaos matrix: it speaks to Reckon only over HTTP (reckon_client), pulls
-the jobs of one action and sends each as a mail to the sandbox provider, with the job's key as
-Idempotency-Key and marker. Armed like a qcluster worker (RECKON_FAULT_POINT=during_call,
-RECKON_FAULT_JOBS, RECKON_FAULT_DIR: ledger/faults.py), it stops itself with the request on the
-wire, for the harness to SIGKILL.
+the jobs of one action and runs each against a sandbox provider, with the job's key as
+Idempotency-Key and marker:
 
-    python -m chaos.external_worker --url URL --token rk_... --mail SANDBOX_URL --action NAME
+* `--kind mail` (the default) sends the job as a mail (POST /messages). Armed like a qcluster
+  worker (RECKON_FAULT_POINT=during_call, RECKON_FAULT_JOBS, RECKON_FAULT_DIR: ledger/faults.py),
+  it stops itself with the request on the wire, for the harness to SIGKILL.
+* `--kind charge` creates a charge at the payments provider (POST /charges), which has
+  Stripe-style keys and answers 409 "in progress" for ever to a key whose request was dropped.
+  It classifies the provider's answers as issue 24 asks (see `create_charge`).
+
+    python -m chaos.external_worker --url URL --token rk_... --provider SANDBOX_URL --action NAME [--kind charge]
 """
 
 from __future__ import annotations
@@ -57,11 +62,87 @@ def send_mail(lease: Lease, mail_url: str, timeout: float) -> None:
         raise NoAnswer(f"{response.status} from the mail provider")
 
 
+# What the payments provider says about a key whose earlier request never finished.
+IN_PROGRESS = "in progress"
+# Answers that prove the provider did nothing with this request: it may be sent again.
+NOTHING_DONE = (429, 503)
+
+
+def _post_charge(connection: http.client.HTTPConnection, lease: Lease) -> tuple[int, dict]:
+    """One POST /charges; NoAnswer if the request left and no complete answer came back."""
+    p = lease.payload
+    body = {"customer": p.get("customer"), "amount_cents": p.get("amount_cents"), "currency": p.get("currency")}
+    key = lease.idempotency_key
+    try:
+        connection.request("POST", "/charges", body=json.dumps(body), headers={
+            "Content-Type": "application/json", "Idempotency-Key": key, "X-Reckon-Marker": key})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise NoAnswer(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        connection.close()
+
+
+def create_charge(lease: Lease, provider_url: str, timeout: float) -> str:
+    """Charge once under the lease and record what the provider's answer proves; returns a word for the log.
+
+    - 2xx: the charge exists -> succeeded.
+    - connection refused, or 429/503 (the provider says it did nothing) -> retryable failure.
+    - another 4xx (the provider refused the request) -> failed, not retried.
+    - a dropped connection after the request left: the provider may have acted. As Stripe's own
+      clients do, send the same request once more with the same key. Only a 2xx proves the charge;
+      anything else -- above all 409 "in progress", which this provider answers for ever after a
+      drop -- is unknown: never a failure (a replay would charge twice or meet 409 for ever), never
+      a success (no charge was shown). Reckon's webhook reconciler then asks the provider.
+    - 409 "in progress" on a first request, any other 5xx -> unknown for the same reason."""
+    parts = urlsplit(provider_url)
+
+    def connect() -> http.client.HTTPConnection | str:
+        """A connection, or why there is none (then nothing left this process)."""
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        try:
+            connection.connect()
+        except OSError as exc:
+            connection.close()
+            return f"{type(exc).__name__}: {exc}"
+        return connection
+
+    connection = connect()
+    if isinstance(connection, str):
+        lease.failed(f"payments provider unreachable: {connection}", retryable=True, evidence={"sent": False})
+        return "failed (unreachable)"
+    dropped = ""
+    try:
+        status, answer = _post_charge(connection, lease)
+    except NoAnswer as lost:
+        dropped = str(lost)
+        connection = connect()
+        if isinstance(connection, str):  # nothing was resent, but the first request may have landed
+            lease.unknown(f"the charge request was dropped ({dropped}) and the provider is now unreachable "
+                          f"({connection})", evidence={"dropped": dropped})
+            return "unknown (dropped)"
+        status, answer = _post_charge(connection, lease)  # a second NoAnswer: unknown, in main
+    evidence = {"provider_status": status, "provider_answer": answer, "after_drop": bool(dropped)}
+    if 200 <= status < 300:
+        lease.succeeded(str(answer.get("id", "")), evidence=evidence)
+        return "succeeded"
+    error = answer.get("error", answer) if isinstance(answer, dict) else answer
+    if dropped or status == 409 or (status >= 500 and status not in NOTHING_DONE):
+        why = f"after a dropped connection ({dropped}) " if dropped else ""
+        lease.unknown(f"the payments provider answered {status} {error!r} {why}for key {lease.idempotency_key}: "
+                      "the charge may exist", evidence=evidence)
+        return "unknown (409 in progress)" if status == 409 and error == IN_PROGRESS else f"unknown ({status})"
+    lease.failed(f"{status}: {error}", retryable=status in NOTHING_DONE, evidence=evidence)
+    return f"failed ({status})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", required=True)
-    parser.add_argument("--mail", required=True)
+    parser.add_argument("--provider", required=True, help="the sandbox provider's URL")
+    parser.add_argument("--kind", choices=("mail", "charge"), default="mail")
     parser.add_argument("--action", required=True)
     parser.add_argument("--worker", default=f"chaos-external:{os.getpid()}")
     parser.add_argument("--timeout", type=float, default=3.0)
@@ -74,8 +155,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             with lease:  # renewed while the call runs; NoAnswer after begin records unknown
                 lease.begin()
-                send_mail(lease, args.mail, args.timeout)
-            print(f"{lease.job_id}: {lease.outcome}", flush=True)
+                if args.kind == "charge":
+                    said = create_charge(lease, args.provider, args.timeout)
+                else:
+                    send_mail(lease, args.provider, args.timeout)
+                    said = str(lease.outcome)
+            print(f"{lease.job_id}: {said}", flush=True)
         except NoAnswer as lost:
             print(f"unknown: {lost}", flush=True)
         except (ReckonError, ReckonUnavailable) as refused:

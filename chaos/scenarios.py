@@ -19,14 +19,14 @@ import time
 from django_q.tasks import async_task
 
 from chaos.checks import RunResult, evaluate, event_count, recover
-from chaos.world import EXTERNAL_ACTION, ROOT, World, kill, wait_until
+from chaos.world import EXTERNAL_ACTION, ROOT, World, answers, kill, wait_until
 from ledger.actions import _registry
 from ledger.declarations import load_actions_file
-from ledger.models import Job
+from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import enqueue_job
-from ledger.states import JobStatus
+from ledger.states import EventKind, Execution, JobStatus
 from ledger.tasks import run_job
-from reconciliation.models import ReconciliationCheck
+from reconciliation.models import CheckOutcome, ReconciliationCheck
 from sandbox.testing import free_port
 
 MAIL = {"to": "ops@acme.example", "subject": "Receipt", "body": "Thanks for your order."}
@@ -326,10 +326,128 @@ class WebhookReconcilerDown(Scenario):
         return [job_id]
 
 
+class ProviderInProgress409(Scenario):
+    """Issue 24's team, in small: its own payments provider with Stripe-style keys, which answers
+    409 "in progress" for ever to a key whose request was acted on and dropped; three external
+    workers over claim-next, SIGKILLed one at a time every 1-3 s; the deployment's loops
+    (`sweep_leases --loop`, `reconcile --loop`) and a webhook reconciler (chaos/charge_receiver.py)
+    that looks each unknown key up at the provider. Each run: no key charged twice, every job
+    succeeded (one charge) or failed with none, every unknown attempt settled by the webhook."""
+
+    name = "provider_409_in_progress"
+    summary = ("charges at a provider answering 409 'in progress' after a drop, external workers SIGKILLed "
+               "every 1-3 s, webhook reconciler -> one charge per key, every unknown settled")
+    action = "chaos.charge"
+    secret_variable = "RECKON_CHAOS_CHARGES_SECRET"  # nosec B105  # the name of a variable, not a secret
+    jobs = 12  # per run; `manage.py chaos --jobs N` sets it
+    workers = 3
+    declined_every = 10  # every 10th charge is one the provider refuses (amount 0): a legitimate failure
+    faults = {"rates": {"drop_after_commit": 0.3, "error_5xx": 0.05}, "latency": {"min": 0.1, "max": 0.5}}
+    recover_timeout = 120.0
+
+    def setup(self, world):
+        from api.tokens import worker_token_create
+
+        secret, port = secrets.token_urlsafe(32), free_port()
+        os.environ[self.secret_variable] = secret  # this process loads the declaration too
+        declared = world.workdir / "charge-actions.toml"
+        declared.write_text(
+            f'[actions."{self.action}"]\nexecutor = "external"\nreversible = true\nqueryable = true\n'
+            f'reconciler = "webhook"\nwebhook_url = "http://127.0.0.1:{port}/reckon"\n'
+            f'webhook_secrets = ["{self.secret_variable}"]\nwebhook_timeout = 3\nmax_attempts = 5\n'
+            f'lease_ttl = {World.LEASE_TTL}\n'
+        )
+        _registry.pop(self.action, None)  # a new port and secret for this world
+        load_actions_file(declared, required=True)
+        env = {"RECKON_ACTIONS_FILE": str(declared), self.secret_variable: secret}
+        self.url = world.web(f"{self.name}-web", env)
+        self.token = worker_token_create(name=self.name, tenants=["chaos"], actions=[self.action]).token
+        world.process(f"{self.name}-receiver", [sys.executable, "-m", "chaos.charge_receiver", "--port", str(port),
+                                                "--provider", world.sandbox.url], {"RECKON_WEBHOOK_SECRET": secret})
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/_health"), timeout=30, what="the webhook receiver")
+        manage = [sys.executable, str(ROOT / "manage.py")]
+        world.process(f"{self.name}-sweep", [*manage, "sweep_leases", "--loop", "--interval", "0.5"], env)
+        world.process(f"{self.name}-reconcile", [*manage, "reconcile", "--loop", "--interval", "0.5"], env)
+
+    def run(self, world, result):
+        rng = random.Random(result.seed * 1000 + result.run)  # nosec B311  # a seeded schedule of faults and kills, reproducible on purpose; not security
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        world.sandbox.request("PUT", "/_admin/faults", {**self.faults, "seed": rng.randrange(2**31)})
+        declined = {f"{prefix}-{n}" for n in range(self.jobs) if n % self.declined_every == self.declined_every - 1}
+        job_ids = [_enqueue(f"{prefix}-{n}", self.action, {
+            "customer": f"cus_{n}", "currency": "EUR",
+            "amount_cents": 0 if f"{prefix}-{n}" in declined else 1000 + n}) for n in range(self.jobs)]
+
+        def start(slot: int, generation: int):
+            return world.external_worker(f"{prefix}-w{slot}.{generation}", url=self.url, token=self.token,
+                                         action=self.action, kind="charge")
+
+        live = [start(slot, 0) for slot in range(self.workers)]
+        kills, started = 0, time.monotonic()
+        bound = self.recover_timeout + self.jobs  # a second a job for the work itself, then recovery's bound
+        try:
+            while not _finished(job_ids) and time.monotonic() - started < bound:
+                try:  # the next kill comes 1-3 s from now, unless the work is done first
+                    wait_until(lambda: _finished(job_ids), timeout=rng.uniform(1, 3), interval=0.1,
+                               what="the charges to settle")
+                except TimeoutError:
+                    slot = rng.randrange(self.workers)
+                    os.killpg(live[slot].process.pid, signal.SIGKILL)
+                    live[slot].process.wait()
+                    kills += 1
+                    live[slot] = start(slot, kills)
+            result.recover_seconds = time.monotonic() - started
+        finally:
+            for worker in live:
+                worker.stop()
+            world.sandbox.request("PUT", "/_admin/faults", {"rates": {}, "latency": {}})
+        self._check(world, result, job_ids, declined, kills)
+        return job_ids
+
+    def _check(self, world, result, job_ids, declined, kills):
+        jobs = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
+        duplicates = 0
+        for job_id, job in jobs.items():
+            charges = world.sandbox.effects(key=job.idempotency_key)["count"]
+            duplicates += max(0, charges - 1)
+            if job_id in declined:
+                _expect(result, job.status == JobStatus.FAILED and charges == 0,
+                        f"{job_id} (declined by the provider) ended {job.status} with {charges} charges")
+            elif job.status == JobStatus.FAILED:  # retries ran out with nothing charged: honest, and counted
+                _expect(result, charges == 0, f"{job_id} failed although the provider holds {charges} charge(s)")
+            else:
+                _expect(result, job.status == JobStatus.SUCCEEDED and charges == 1,
+                        f"{job_id} ended {job.status} with {charges} charge(s), not succeeded with one")
+        lost_sight = LedgerEvent.objects.filter(
+            job__job_id__in=job_ids, kind__in=[EventKind.OBSERVATION_LOST, EventKind.LEASE_EXPIRED_UNKNOWN])
+        unknown = set(lost_sight.values_list("attempt_id", flat=True))
+        in_progress = sum(1 for evidence in lost_sight.filter(kind=EventKind.OBSERVATION_LOST)
+                          .values_list("evidence", flat=True) if (evidence or {}).get("provider_status") == 409)
+        settled = set(Attempt.objects.filter(id__in=unknown, execution_state__in=[Execution.SUCCEEDED, Execution.FAILED])
+                      .values_list("id", flat=True))
+        answered = set(ReconciliationCheck.objects.filter(
+            attempt_id__in=unknown, reconciler__startswith="webhook ",
+            outcome__in=[CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND]).values_list("attempt_id", flat=True))
+        _expect(result, settled == unknown, f"{len(unknown - settled)} of {len(unknown)} unknown attempts not settled")
+        _expect(result, answered >= settled, f"{len(settled - answered)} unknown attempts settled without the webhook")
+        result.figures = {
+            "jobs": len(job_ids), "kills": kills, "unknown": len(unknown), "in_progress_409": in_progress,
+            "settled": len(settled & answered), "duplicates": duplicates,
+            "succeeded": sum(job.status == JobStatus.SUCCEEDED for job in jobs.values()),
+            "failed": sum(job.status == JobStatus.FAILED for job in jobs.values()),
+        }
+
+
+def _finished(job_ids: list[str]) -> bool:
+    """Every job succeeded or failed: nothing running, unknown or waiting for a person."""
+    done = Job.objects.filter(job_id__in=job_ids, status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED]).count()
+    return done == len(job_ids)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
     SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
-    WebhookReconcilerDown(),
+    WebhookReconcilerDown(), ProviderInProgress409(),
 )}
 
 

@@ -147,23 +147,30 @@ class World:
         self.workers.append(worker)
         return worker
 
-    def web(self, name: str = "web") -> str:
+    def web(self, name: str = "web", env: dict | None = None) -> str:
         """A gunicorn serving the API on this world's database; its base URL once it answers."""
         port = free_port()
-        self.workers.append(Worker(self, name, {}, [
+        self.workers.append(Worker(self, name, env or {}, [
             sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
             "--workers", "1", "--threads", "4", "--graceful-timeout", "2", "--no-control-socket"]))
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(f"{url}/healthz"), timeout=60, what="the web server to answer")
+        wait_until(lambda: answers(f"{url}/healthz"), timeout=60, what="the web server to answer")
         return url
 
+    def process(self, name: str, argv: list[str], env: dict | None = None) -> Worker:
+        """Any other process of ours in this world (a management command's loop, a receiver)."""
+        worker = Worker(self, name, env or {}, argv)
+        self.workers.append(worker)
+        return worker
+
     def external_worker(self, name: str, *, url: str, token: str, fault_point: str | None = None,
-                        jobs: str = "") -> Worker:
-        """A worker outside Reckon: it pulls EXTERNAL_ACTION's jobs over HTTP (chaos/external_worker.py)."""
+                        jobs: str = "", action: str = EXTERNAL_ACTION, kind: str = "mail") -> Worker:
+        """A worker outside Reckon: it pulls `action`'s jobs over HTTP and sends them to the sandbox as
+        mail or as charges (chaos/external_worker.py)."""
         env = {"RECKON_FAULT_POINT": fault_point, "RECKON_FAULT_JOBS": jobs} if fault_point else {}
         worker = Worker(self, name, env, [
             sys.executable, "-m", "chaos.external_worker", "--url", url, "--token", token,
-            "--mail", self.sandbox.url, "--action", EXTERNAL_ACTION, "--worker", name])
+            "--provider", self.sandbox.url, "--kind", kind, "--action", action, "--worker", name])
         self.workers.append(worker)
         return worker
 
@@ -215,7 +222,7 @@ class World:
             return False
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:  # nosec B310  # our own server's http:// URL
             return answer.status == 200

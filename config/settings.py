@@ -245,6 +245,7 @@ _ACTIONS_FILE = setting("RECKON_ACTIONS_FILE", "", Str, "Your declared actions (
                         shown_default="actions.toml", example="actions.toml")
 RECKON_ACTIONS_FILE_REQUIRED = bool(_ACTIONS_FILE)
 RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or BASE_DIR / "actions.toml")
+RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)

@@ -15,7 +15,8 @@ exists). Each table under `actions` declares one action:
     check_by_hand = "Search the dashboard for the job's key"  # shown beside the decision
     replay = "approval"                            # "automatic" (reversible actions only) or "approval"
 
-A webhook reconciler is an endpoint of the team's own that Reckon asks, signed:
+A webhook reconciler is an endpoint of the team's own that Reckon asks, signed (https, or http://
+to a loopback host or one named in RECKON_WEBHOOK_HTTP_HOSTS):
 
     reconciler = "webhook"
     webhook_url = "https://agents.example.com/reckon/reconcile"
@@ -31,12 +32,15 @@ the action.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -186,8 +190,17 @@ def _reconciler(table: dict, refuse: Callable[[str], Exception]) -> str | Webhoo
 
 def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
     url = table.get("webhook_url", "")
-    if not url.startswith(("https://", "http://")):
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # a port that is not a number raises here, not at the first question
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
         raise refuse("a webhook reconciler needs webhook_url, an http(s) URL")
+    if parts.scheme == "http" and not _plain_http_allowed(parts.hostname):
+        raise refuse(f"webhook_url {url} is plain http to {parts.hostname}, which is not loopback: the question "
+                     f"(with the job's payload) would travel in clear. Use https, or name the host in "
+                     f"RECKON_WEBHOOK_HTTP_HOSTS if its network is private")
     names = table.get("webhook_secrets", [])
     if not names or len(names) > 2 or not all(isinstance(name, str) and name for name in names):
         raise refuse("a webhook reconciler needs webhook_secrets: the names of one or two environment variables "
@@ -201,6 +214,16 @@ def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
     if not 0 < timeout <= 30:
         raise refuse("webhook_timeout must be more than 0 and at most 30 seconds")
     return Webhook(url=url, secret_variables=tuple(names), timeout=float(timeout))
+
+
+def _plain_http_allowed(host: str) -> bool:
+    """Loopback, or a host the deployment named in RECKON_WEBHOOK_HTTP_HOSTS."""
+    if host == "localhost" or host in {named.lower() for named in settings.RECKON_WEBHOOK_HTTP_HOSTS}:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _python(value: str, key: str, refuse: Callable[[str], Exception]):

@@ -2,17 +2,20 @@
 
 The request is a signed JSON POST:
 
-    {job_id, tenant, action, idempotency_key, marker, payload, attempt, evidence_so_far}
+    {question_id, job_id, tenant, action, idempotency_key, marker, payload, attempt, evidence_so_far}
 
 with the header `Reckon-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`, where each v1 is
 HMAC-SHA256(secret, "<t>." + the exact body) for one of the action's secrets (two during a
-rotation). A receiver checks it with the Python client's `verify_webhook`, which refuses requests
-older than five minutes (examples/webhook_receiver.py is a complete receiver).
+rotation). `question_id` is new for every request: a receiver checks the signature with the Python
+client's `verify_webhook`, which refuses a question signed more than a minute from now and, given
+the ids it has taken, a question asked before (examples/webhook_receiver.py is a complete receiver).
 
 The answer must be a JSON object `{outcome: confirmed|not_found|conflict, evidence, reason,
-result_ref}`. Anything else — a timeout, a 5xx, invalid JSON, an unknown outcome, and (as for
-every reconciler) `not_found` without a reason — proves nothing: `unavailable`, with the usual
-back-off. The check row records the request and the answer.
+result_ref}`, signed for the question: its own `Reckon-Signature: v1=<hex>` header, HMAC-SHA256
+(secret, "answer.<question_id>." + the exact answer body) (the client's `sign_answer`). Anything
+else — a timeout, a 5xx, an answer not signed for this question, invalid JSON, an unknown outcome,
+and (as for every reconciler) `not_found` without a reason — proves nothing: `unavailable`, with
+the usual back-off. The check row records the request and the answer.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 from urllib.parse import urlsplit
 
-from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook
+from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_answer
 
 from ledger.actions import Webhook
 from ledger.budget import BUDGET, NotSent, parse_retry_after
@@ -35,11 +39,12 @@ ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT
 RAW_ANSWER_LIMIT = 2000
 
 
-def request_body(job: Job, attempt: Attempt) -> dict:
+def request_body(job: Job, attempt: Attempt, *, question_id: str) -> dict:
     """What the receiver is told: the job, the attempt in question, and what we know so far."""
     from reconciliation.reconcilers import REPORTED
 
     return {
+        "question_id": question_id,
         "job_id": job.job_id,
         "tenant": job.tenant,
         "action": job.action,
@@ -54,12 +59,13 @@ def request_body(job: Job, attempt: Attempt) -> dict:
 
 def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     """POST the signed question and read the answer (no database: this runs in a lookup thread)."""
-    question = request_body(job, attempt)
+    question_id = f"q_{secrets.token_hex(16)}"  # new for every request: the answer is bound to it
+    question = request_body(job, attempt, question_id=question_id)
     body = json.dumps(question, separators=(",", ":"), sort_keys=True).encode()
-    secrets = [os.environ.get(name, "") for name in webhook.secret_variables]
+    keys = [key for key in (os.environ.get(name, "") for name in webhook.secret_variables) if key]
     record = {"url": webhook.url, "request": question}
     try:
-        status, raw, retry_after = _post(webhook, body, sign_webhook(body, [s for s in secrets if s]))
+        status, raw, signature, retry_after = _post(webhook, body, sign_webhook(body, keys))
     except NotSent as exc:  # its budget refused the call here: the receiver was not asked
         return _unavailable(f"webhook {webhook.url} not asked: {exc}", record, getattr(exc, "retry_in", None))
     except OSError as exc:
@@ -67,6 +73,13 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     except http.client.HTTPException as exc:
         return _unavailable(f"webhook {webhook.url} answered badly: {type(exc).__name__}: {exc}", record)
     record["status"] = status
+    if 200 <= status < 300:
+        try:
+            verify_answer(raw, signature, question_id, keys)
+        except WebhookSignatureError as exc:
+            record["answer_text"] = raw[:RAW_ANSWER_LIMIT].decode(errors="replace")
+            return _unavailable(f"webhook answered {status}, not signed for question {question_id}: {exc}; "
+                                f"the receiver signs its answer with reckon_client.sign_answer", record)
     try:
         answer = json.loads(raw)
     except ValueError:
@@ -91,8 +104,9 @@ def _unavailable(reason: str, record: dict, retry_in: float | None = None) -> Fi
     return Finding(CheckOutcome.UNAVAILABLE, reason, {"webhook": record}, retry_in=retry_in)
 
 
-def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes, float | None]:
-    """The answer's status, body and Retry-After, within the endpoint's budget (ledger.budget)."""
+def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes, str, float | None]:
+    """The answer's status, body, signature and Retry-After, within the endpoint's budget
+    (ledger.budget)."""
     parts = urlsplit(webhook.url)
     slot = BUDGET.slot(f"webhook {parts.netloc}")
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -111,4 +125,4 @@ def _post(webhook: Webhook, body: bytes, signature: str) -> tuple[int, bytes, fl
         connection.close()
     retry_after = parse_retry_after(response.getheader("Retry-After"))
     slot.answered(response.status, retry_after)
-    return response.status, raw, retry_after
+    return response.status, raw, response.getheader(WEBHOOK_SIGNATURE_HEADER) or "", retry_after

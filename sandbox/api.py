@@ -3,6 +3,12 @@
 ``App.handle(Request) -> Response`` routes a request, applies the injected faults, validates
 the JSON body and calls the store. The socket-level work (reading the body, writing the
 response, dropping the connection for ``drop_after_commit``) lives in ``sandbox.server``.
+
+The payments provider (``/charges``) plays a team's own Express service with Stripe-style
+idempotency keys: a key's request that was acted on but never answered (``drop_after_commit``)
+leaves the key ``in progress`` for ever, so every later request with that key is answered
+``409 {"error": "in progress"}`` although the charge exists. ``GET /charges?idempotency_key=K``
+tells the truth: the key's charges and its state (``in_progress``, ``completed`` or null: never seen).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class Request:
     path: str = ""
     query: dict = field(default_factory=dict)
     rollback: bool = False  # the fail_before_commit fault
+    dropping: bool = False  # the drop_after_commit fault: a 2xx answer will never be sent
 
     def header(self, name: str) -> str | None:
         """An optional header; present but empty or too long is a 400."""
@@ -136,6 +143,8 @@ ROUTES = (
     route(r"/messages", {"POST": "send_message", "GET": "list_messages"}, "effect"),
     route(r"/profiles/(?P<profile>[^/]+)", {"GET": "get_profile"}),
     route(r"/posts", {"POST": "publish_post", "GET": "list_posts"}, "effect"),
+    route(r"/charges", {"POST": "create_charge", "GET": "list_charges"}, "effect"),
+    route(r"/charges/(?P<charge_id>[^/]+)", {"GET": "get_charge"}),
     route(r"/credentials/(?P<name>[^/]+)/rotate", {"POST": "rotate_credential"}, "effect"),
     route(r"/credentials(?:/[^/]+)?", {}, refusal="the vault cannot be queried"),
     route(r"/_admin/profiles/(?P<profile>[^/]+)", {"PUT": "admin_set_profile"}, "internal"),
@@ -220,6 +229,7 @@ class App:
             return Response(500, {"error": "injected fault fail_before_commit: nothing was done"},
                             injected)
         request.rollback = faults.fail_before_commit
+        request.dropping = faults.drop_after_commit
         try:
             response = handler(request, **params)
         except RolledBack:
@@ -274,6 +284,38 @@ class App:
         if invoice is None:
             raise ApiError(404, f"no invoice {invoice_id!r}")
         return Response(200, invoice)
+
+    # -- payments (Stripe-style idempotency) ---------------------------------------------
+
+    def create_charge(self, request: Request) -> Response:
+        key = request.header("Idempotency-Key")
+        marker = request.header("X-Reckon-Marker")
+        body = request.json()
+        check_fields(body, ("customer", "amount_cents", "currency"))
+        amount = body["amount_cents"]
+        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= 10**12:
+            raise ApiError(400, f"amount_cents must be a positive integer, got {amount!r}")
+        currency = text(body, "currency")
+        if not CURRENCY.fullmatch(currency):
+            raise ApiError(400, f"currency must be a 3-letter code like 'eur', got {currency!r}")
+        params = {"customer": text(body, "customer", max_len=MAX_HEADER), "amount_cents": amount,
+                  "currency": currency}
+        charge, replayed = self.store.create_charge(params, key, marker, rollback=request.rollback,
+                                                    unfinished=request.dropping)
+        if replayed:
+            return Response(200, charge, {"Idempotent-Replayed": "true"})
+        return Response(201, charge)
+
+    def list_charges(self, request: Request) -> Response:
+        request.only_params("idempotency_key", "marker")
+        return Response(200, self.store.find_charges(request.param("idempotency_key"), request.param("marker")))
+
+    def get_charge(self, request: Request, charge_id: str) -> Response:
+        request.only_params()
+        charge = self.store.get_charge(charge_id)
+        if charge is None:
+            raise ApiError(404, f"no charge {charge_id!r}")
+        return Response(200, charge)
 
     # -- mail ------------------------------------------------------------------------------
 

@@ -80,6 +80,25 @@ CREATE TABLE IF NOT EXISTS effects (
 );
 CREATE INDEX IF NOT EXISTS effects_key ON effects (idempotency_key);
 CREATE INDEX IF NOT EXISTS effects_marker ON effects (marker);
+CREATE TABLE IF NOT EXISTS charges (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    customer TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL,
+    currency TEXT NOT NULL,
+    idempotency_key TEXT,
+    marker TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS charges_key ON charges (idempotency_key);
+CREATE INDEX IF NOT EXISTS charges_marker ON charges (marker);
+CREATE TABLE IF NOT EXISTS charge_keys (
+    key TEXT PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed')),
+    charge_id TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS settings (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -87,7 +106,8 @@ CREATE TABLE IF NOT EXISTS settings (
 """
 
 TABLES = ("invoices", "idempotency_keys", "messages", "profiles", "posts", "credentials",
-          "effects", "settings")
+          "charges", "charge_keys", "effects", "settings")
+IN_PROGRESS = "in progress"  # the payments provider's answer for a key whose request never finished
 
 
 class RolledBack(Exception):
@@ -363,6 +383,72 @@ class Store:
             self._effect(conn, "vault", "credential.rotated", key, marker,
                          f"{name}@v{version}", at)
             return {"name": name, "version": version, "rotated_at": at}
+
+    # -- payments (Stripe-style idempotency) ---------------------------------------------
+
+    @staticmethod
+    def _charge(row) -> dict:
+        return {"id": row["id"], "customer": row["customer"], "amount_cents": row["amount_cents"],
+                "currency": row["currency"], "idempotency_key": row["idempotency_key"],
+                "marker": row["marker"], "created_at": row["created_at"]}
+
+    def create_charge(self, params: dict, key: str | None, marker: str | None, *, rollback: bool = False,
+                      unfinished: bool = False) -> tuple[dict, bool]:
+        """Returns (charge, replayed). A key whose first request never finished (``unfinished``:
+        its connection is about to be dropped) stays ``in_progress`` for ever, as the team's
+        Express provider does: every later request with it is Refused(409, "in progress"), though
+        the charge exists. A completed key replays its charge; another body is Refused(422)."""
+        digest = request_hash(params)
+        with self.writing(rollback) as conn:
+            if key is not None:
+                known = conn.execute("SELECT * FROM charge_keys WHERE key = ?", (key,)).fetchone()
+                if known is not None:
+                    if known["state"] == "in_progress":
+                        raise Refused(409, IN_PROGRESS)
+                    if known["request_hash"] != digest:
+                        raise Refused(422, f"Idempotency-Key {key!r} was used with a different request body "
+                                           f"(it created charge {known['charge_id']})")
+                    row = conn.execute("SELECT * FROM charges WHERE id = ?", (known["charge_id"],)).fetchone()
+                    return self._charge(row), True
+            charge_id, at = new_id("ch"), now()
+            conn.execute(
+                "INSERT INTO charges (id, customer, amount_cents, currency, idempotency_key, marker, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (charge_id, params["customer"], params["amount_cents"], params["currency"], key, marker, at),
+            )
+            if key is not None:
+                conn.execute(
+                    "INSERT INTO charge_keys (key, state, charge_id, request_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (key, "in_progress" if unfinished else "completed", charge_id, digest, at),
+                )
+            self._effect(conn, "payments", "charge.created", key, marker, charge_id, at)
+            row = conn.execute("SELECT * FROM charges WHERE id = ?", (charge_id,)).fetchone()
+            return self._charge(row), False
+
+    def find_charges(self, key: str | None = None, marker: str | None = None) -> dict:
+        """The truth behind a key: its charges and the key's state (None: never seen)."""
+        where, args = [], []
+        if key is not None:
+            where.append("idempotency_key = ?")
+            args.append(key)
+        if marker is not None:
+            where.append("marker = ?")
+            args.append(marker)
+        sql = "SELECT * FROM charges"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self.reading() as conn:
+            rows = conn.execute(sql + " ORDER BY seq", args).fetchall()
+            state = None
+            if key is not None:
+                known = conn.execute("SELECT state FROM charge_keys WHERE key = ?", (key,)).fetchone()
+                state = known["state"] if known else None
+        return {"charges": [self._charge(row) for row in rows], "key_state": state}
+
+    def get_charge(self, charge_id: str) -> dict | None:
+        with self.reading() as conn:
+            row = conn.execute("SELECT * FROM charges WHERE id = ?", (charge_id,)).fetchone()
+        return self._charge(row) if row else None
 
     # -- effect accounting ---------------------------------------------------------------
 

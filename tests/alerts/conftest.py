@@ -13,19 +13,30 @@ import pytest
 class Receiver:
     def __init__(self):
         self.messages: list[dict] = []
+        self.requests: list[str] = []  # "METHOD path" of every request, a redirected GET included
         self.status = 200
+        self.redirect_to = ""  # set: answer 302 with this Location
         self.hold = threading.Event()  # cleared: each request waits for it before answering
         self.hold.set()
         self.arrived = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                receiver.requests.append(f"GET {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self):
+                receiver.requests.append(f"POST {self.path}")
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 receiver.messages.append(body)
                 receiver.arrived.set()
                 receiver.hold.wait(timeout=10)
-                self.send_response(receiver.status)
+                self.send_response(302 if receiver.redirect_to else receiver.status)
+                if receiver.redirect_to:
+                    self.send_header("Location", receiver.redirect_to)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")

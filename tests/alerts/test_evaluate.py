@@ -4,6 +4,7 @@ to Django's mail outbox."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 
@@ -18,6 +19,7 @@ from ledger.gate import record_pass
 from ledger.models import Job
 from reconciliation import decisions
 from reconciliation.passes import reconcile_due_jobs
+from tests.alerts.conftest import Receiver
 from tests.console.conftest import latest_version, make_operator_job, make_unknown_job, with_tenants
 from tests.reconciliation.helpers import MAIL, send_message, unknown_job
 
@@ -32,11 +34,11 @@ def test_it_fires_once_stays_quiet_resolves_and_fires_again(channels, settings, 
     assert (fired.condition, fired.firing, fired.channels) == ("unknown_too_old", True, ["webhook", "email"])
     [text] = channels.texts
     assert text.startswith("[Reckon] FIRING: Unknown work older than its bound")
-    assert "1 unknown job older than 0 s; the oldest, inv-1 (needs_reconciliation)" in text
+    assert "1 unknown job older than 0 s (acme 1); the oldest (acme, needs_reconciliation)" in text
     assert "Queue: https://reckon.example.com/queue/?tab=reconciling&older_than=1" in text
     [email] = mail.outbox
     assert email.to == ["oncall@example.com"] and email.subject.startswith("[Reckon] FIRING")
-    assert "inv-1" in email.body
+    assert "acme 1" in email.body and "inv-1" not in email.body
 
     make_unknown_job("inv-2")  # the condition still holds (now two jobs): no second message
     assert evaluate_alerts() == []
@@ -53,7 +55,7 @@ def test_it_fires_once_stays_quiet_resolves_and_fires_again(channels, settings, 
     make_unknown_job("inv-3")
     [again] = evaluate_alerts()
     assert (again.condition, again.firing) == ("unknown_too_old", True)
-    assert "inv-3" in channels.texts[2] and len(mail.outbox) == 3
+    assert "1 unknown job" in channels.texts[2] and len(mail.outbox) == 3
 
 
 def test_the_link_shows_the_jobs_the_alert_is_about(channels, settings, client, operator):
@@ -67,7 +69,7 @@ def test_the_link_shows_the_jobs_the_alert_is_about(channels, settings, client, 
     [fired] = evaluate_alerts()
     assert fired.condition == "approval_waiting"
     text = channels.texts[0]
-    assert "1 approval request waiting longer than 1 min; the oldest, for vault-1, has waited 3 min" in text
+    assert "1 approval request waiting longer than 1 min (acme 1); the oldest (acme) has waited 3 min" in text
     path = text.split("Queue: https://reckon.example.com", 1)[1]
     assert path == "/queue/?tab=human&status=awaiting_approval&older_than=1"
     client.force_login(with_tenants(operator))
@@ -83,7 +85,7 @@ def test_a_conflict_answer_alerts_until_a_person_resolves_it(channels, provider,
 
     [fired] = evaluate_alerts()
     assert fired.condition == "reconciliation_conflict"
-    assert "Reconciliation answered conflict: 1 escalated job need a person (m1)" in channels.texts[0]
+    assert "Reconciliation answered conflict: 1 escalated job need a person (acme 1)" in channels.texts[0]
     assert "Queue: https://reckon.example.com/queue/?tab=human&status=escalated" in channels.texts[0]
     assert evaluate_alerts() == []
 
@@ -127,6 +129,45 @@ def test_one_channel_down_does_not_silence_the_other(channels, settings):
     make_unknown_job("inv-1")
     [fired] = evaluate_alerts()
     assert fired.channels == ["email"] and len(mail.outbox) == 1
+
+
+def test_an_alert_names_no_job_only_how_many_each_tenant_has(channels, settings):
+    """One channel hears about every tenant: job ids stay behind the console's tenant fence."""
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    jobs = {"acme": 3, "globex": 2, "initech": 1, "umbrella": 1, "hooli": 1, "wonka": 1, "stark": 1}
+    ids = [f"secret-{tenant}-{n}" for tenant, count in jobs.items() for n in range(count)]
+    for job_id in ids:
+        make_unknown_job(job_id, tenant=job_id.split("-")[1])
+    [fired] = evaluate_alerts()
+    [text] = channels.texts
+    assert "10 unknown jobs older than 0 s (acme 3, globex 2, hooli 1, initech 1, stark 1, 2 in 2 other tenants)" \
+        in text
+    assert "the oldest (acme, needs_reconciliation)" in text
+    assert not any(job_id in text or job_id in mail.outbox[0].body for job_id in ids)
+    assert "secret-" not in AlertState.objects.get(condition="unknown_too_old").summary
+
+
+def test_a_redirect_is_not_followed_and_counts_as_undelivered(channels, settings, caplog):
+    """A webhook answering 3xx could point the worker host anywhere: the alert goes nowhere else."""
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    elsewhere = Receiver()
+    try:
+        channels.redirect_to = elsewhere.url
+        make_unknown_job("inv-1")
+        with caplog.at_level(logging.ERROR, logger="reckon.alerts"):
+            [fired] = evaluate_alerts()
+        assert fired.channels == ["email"]  # the webhook's 302 is a failed delivery
+        assert len(channels.messages) == 1 and elsewhere.requests == []
+        [record] = [r for r in caplog.records if r.name == "reckon.alerts"]
+        assert record.getMessage().startswith("alert not delivered by webhook")
+        assert f"redirect to {elsewhere.url} not followed" in record.exc_text
+
+        settings.RECKON_ALERT_EMAILS = []  # the webhook alone: its redirect leaves the alert unsent
+        make_unknown_job("inv-2")
+        AlertState.objects.filter(condition="unknown_too_old").update(firing=False)
+        assert evaluate_alerts() == [] and elsewhere.requests == []
+    finally:
+        elsewhere.close()
 
 
 def test_without_a_channel_nothing_is_evaluated(settings):

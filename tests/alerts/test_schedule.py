@@ -21,7 +21,7 @@ def test_the_cluster_samples_the_levels_and_sends_the_alert_once(webhook):
                  message=f"the alert and the sample\n{cluster.output()[-1500:]}")
         wait_for(lambda: AlertState.objects.filter(condition="unknown_too_old", firing=True).exists(), timeout=10)
     [text] = webhook.texts
-    assert text.startswith("[Reckon] FIRING: Unknown work older than its bound") and "inv-1" in text
+    assert text.startswith("[Reckon] FIRING: Unknown work older than its bound") and "(acme 1)" in text
     sample = LevelSample.objects.get()
     assert sample.unknown_work == 1
     assert EventCount.objects.get(kind="claimed").count == 1

@@ -95,9 +95,10 @@ def test_eight_concurrent_workers_never_claim_a_job_twice_and_stay_in_their_scop
 def test_nothing_claimable_answers_204_after_the_wait(api_server):
     client = Client(api_server.url, issue(name="idle"))
     started = time.monotonic()
-    answer = client.call("POST", "/claims", {"worker": "idle-1", "wait_seconds": 2}, timeout=20)
+    answer = client.call("POST", "/claims", {"worker": "idle-1", "wait_seconds": 2}, timeout=20, expect=(201, 204))
     elapsed = time.monotonic() - started
-    assert answer.status == 204 and answer.body == b"" and "retry-after" not in answer.headers
+    assert answer.status == 204 and answer.json == {} and "retry-after" not in answer.headers
+    assert answer.headers["reckon-reason"] == "no_work"  # why: nothing in scope (not the dead-man gate)
     assert 2 <= elapsed < 4, elapsed
     assert not LedgerEvent.objects.exists()
 

@@ -30,3 +30,9 @@ def test_every_scenario_recovers_with_no_duplicate_no_loss_and_no_stale_write(tm
     for name, row in summary.items():
         assert row["runs"] == 3 and row["passed"] == 3, (name, row)
         assert row["duplicate_effects"] == 0 and row["lost_jobs"] == 0 and row["stale_writes_accepted"] == 0
+    # The 409 scenario did what it says: workers were killed, the provider answered 409 "in progress"
+    # after drops, those attempts went unknown, and the webhook reconciler settled every one of them.
+    seen = summary["provider_409_in_progress"]["figures"]
+    assert seen["kills"] > 0 and seen["in_progress_409"] > 0, seen
+    assert seen["unknown"] >= seen["in_progress_409"] and seen["settled"] == seen["unknown"], seen
+    assert seen["duplicates"] == 0 and seen["succeeded"] + seen["failed"] == seen["jobs"], seen

@@ -137,7 +137,7 @@ def test_the_action_sample_registers_its_action():
 
 
 def test_the_webhook_handler_sample_answers_signed_requests_and_refuses_others():
-    from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook
+    from reckon_client import WEBHOOK_SIGNATURE_HEADER, sign_webhook, verify_answer
 
     (block,) = of_kind("python-webhook")
     secret = "notes-webhook-secret-of-forty-characters"
@@ -145,16 +145,23 @@ def test_the_webhook_handler_sample_answers_signed_requests_and_refuses_others()
     exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)  # nosec B102  # the README's own sample
     handle = namespace["handle"]
 
-    def ask(key: str, secrets: list[str]) -> tuple[int, dict]:
-        body = json.dumps({"job_id": key.split(":")[1], "idempotency_key": key}).encode()
-        return handle(body, {WEBHOOK_SIGNATURE_HEADER: sign_webhook(body, secrets)})
+    def ask(key: str, question_id: str, secrets: list[str], header: object = None) -> tuple[int, dict]:
+        body = json.dumps({"question_id": question_id, "job_id": key.split(":")[1], "idempotency_key": key}).encode()
+        status, data, headers = handle(body, {WEBHOOK_SIGNATURE_HEADER: header or sign_webhook(body, secrets)})
+        if status == 200:  # what Reckon checks before it takes the answer
+            verify_answer(data, headers[WEBHOOK_SIGNATURE_HEADER], question_id, [secret])
+        return status, json.loads(data)
 
-    assert ask("notes.write:note-1", [secret]) == (
+    assert ask("notes.write:note-1", "q_1", [secret]) == (
         200, {"outcome": "confirmed", "reason": "the note is there", "result_ref": "…"})
-    status, answer = ask("notes.write:note-9", [secret])
+    status, answer = ask("notes.write:note-9", "q_2", [secret])
     assert status == 200 and answer["outcome"] == "not_found" and answer["reason"]
-    status, answer = ask("notes.write:note-1", ["another-secret-of-forty-characters-xxxxx"])
+    assert ask("notes.write:note-1", "q_1", [secret]) == (401, {"error": "question q_1 was already asked: a replay"})
+    status, answer = ask("notes.write:note-1", "q_3", ["another-secret-of-forty-characters-xxxxx"])
     assert status == 401 and answer["error"]
+    status, answer = ask("notes.write:note-1", "q_4", [secret], header="t=²,v1=" + "0" * 64)
+    assert status == 401 and "malformed" in answer["error"]
+    assert handle(b"{}", {})[0] == 401  # no signature at all
 
 
 def test_every_name_in_the_diagram_exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from chaos.checks import RunResult
-from chaos.scenarios import SCENARIOS, run_scenario
+from chaos.scenarios import SCENARIOS, ProviderInProgress409, run_scenario
 from chaos.world import World
 
 
@@ -27,10 +27,17 @@ class Command(BaseCommand):
         parser.add_argument("--random-minutes", type=float, default=0,
                             help="keep running the random-kill scenario for this many minutes")
         parser.add_argument("--keep", action="store_true", help="keep the scratch world's folder (logs, cluster)")
+        parser.add_argument("--jobs", type=int, default=None,
+                            help=f"jobs per run of {ProviderInProgress409.name} "
+                                 f"(default {ProviderInProgress409.jobs})")
 
-    def handle(self, *args, runs_per_point, seed, scenario, json_path, random_minutes, keep, **options):
+    def handle(self, *args, runs_per_point, seed, scenario, json_path, random_minutes, keep, jobs, **options):
         if runs_per_point < 1:
             raise CommandError("--runs-per-point must be at least 1")
+        if jobs is not None:
+            if jobs < 1:
+                raise CommandError("--jobs must be at least 1")
+            SCENARIOS[ProviderInProgress409.name].jobs = jobs
         names = scenario or list(SCENARIOS)
         signal.signal(signal.SIGTERM, _interrupted)  # stop like Ctrl-C: the finally below tears the world down
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one line per enqueue drowns the table
@@ -70,7 +77,9 @@ class Command(BaseCommand):
 
     def _progress(self, name, runs):
         passed = sum(r.passed for r in runs)
-        self.stdout.write(f"  {name:<30} {passed}/{len(runs)} passed")
+        figures = figures_of(runs)
+        counted = ("  " + ", ".join(f"{key} {value}" for key, value in figures.items())) if figures else ""
+        self.stdout.write(f"  {name:<30} {passed}/{len(runs)} passed{counted}")
         self.stdout.flush()
 
 
@@ -86,10 +95,21 @@ def summarise(results: list[RunResult]) -> list[dict]:
         row["stale_writes_accepted"] += r.stale_writes_accepted
         row["recover_seconds"].append(r.recover_seconds)
     for row in rows.values():
+        if figures := figures_of([r for r in results if r.scenario == row["scenario"]]):
+            row["figures"] = figures
         times = sorted(row.pop("recover_seconds"))
         row["recover_median_s"] = round(times[len(times) // 2], 2)
         row["recover_max_s"] = round(times[-1], 2)
     return list(rows.values())
+
+
+def figures_of(results: list[RunResult]) -> dict:
+    """What the runs counted (a scenario's `figures`), summed over the runs."""
+    total: dict = {}
+    for r in results:
+        for key, value in r.figures.items():
+            total[key] = total.get(key, 0) + value
+    return total
 
 
 def table(rows: list[dict]) -> str:

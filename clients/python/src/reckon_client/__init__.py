@@ -4,7 +4,9 @@
 
     client = Client("https://reckon.example.com", token="rk_...")
 
-    # Run one side effect under the ledger: enqueue-or-get, claim, begin, record.
+    # Run one side effect under the ledger: enqueue-or-get, claim, begin, record. Called again for
+    # the same job (an agent restarted), it raises AlreadySucceeded (with the recorded result) or
+    # HeldUnknown instead of running the block twice.
     with client.effect("mail.send", "mail-42", {...}, tenant="acme", worker="mailer-7") as lease:
         lease.result_ref = send(lease.payload, key=lease.idempotency_key)
 
@@ -14,30 +16,56 @@
         with lease:                         # renewed in the background while the block runs
             lease.begin()                   # only now may you touch the outside world
             lease.succeeded(send(lease.payload, key=lease.idempotency_key))
+    else:
+        print(client.nothing_claimed)       # why nothing came (e.g. the dead-man gate holds the work)
 
-A webhook reconciler checks that a request comes from Reckon with `verify_webhook` (webhooks.py).
+    # Or answer Reckon's look-ups of unknown attempts (pull-mode reconciliation): reconciliations.py.
+
+A webhook reconciler checks that a question comes from Reckon with `verify_webhook` and signs its
+answer with `sign_answer` (webhooks.py).
+What a provider's answer proves (retry, fail, or unknown) is `classify_status`/`classify_error`
+(providers.py); `lease.record(verdict, detail)` records it.
 
 An exception inside a block records what can honestly be said: `unknown` once the side effect
-has begun (the call may have happened), a retryable failure before that.
+has begun (the call may have happened), a retryable failure before that. An answer that is not
+Reckon's API (a redirect, HTML) raises UnexpectedAnswer: nothing succeeds by accident.
 """
 
-from reckon_client.client import Client, Deferred, Lease, ReckonError
+from reckon_client.client import Client, Deferred, Lease, NothingClaimed
+from reckon_client.errors import AlreadySucceeded, HeldUnknown, ReckonError, UnexpectedAnswer
+from reckon_client.providers import Verdict, classify_error, classify_status
+from reckon_client.reconciliations import Finding, Reconciliation
 from reckon_client.transport import ReckonUnavailable
 from reckon_client.webhooks import (
     WEBHOOK_SIGNATURE_HEADER,
+    QuestionLog,
     WebhookSignatureError,
+    sign_answer,
     sign_webhook,
+    verify_answer,
     verify_webhook,
 )
 
 __all__ = [
     "WEBHOOK_SIGNATURE_HEADER",
+    "AlreadySucceeded",
     "Client",
     "Deferred",
+    "Finding",
+    "HeldUnknown",
     "Lease",
+    "NothingClaimed",
+    "QuestionLog",
+    "Reconciliation",
     "ReckonError",
     "ReckonUnavailable",
+    "UnexpectedAnswer",
+    "Verdict",
     "WebhookSignatureError",
+    "classify_error",
+    "classify_status",
+    "sign_answer",
     "sign_webhook",
+    "verify_answer",
     "verify_webhook",
 ]

@@ -2,35 +2,65 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
 
-from reckon_client.transport import Answer, JsonObject, ReckonUnavailable, Transport, decode, json_body
+from reckon_client.errors import AlreadySucceeded, HeldUnknown, JsonObject, ReckonError
+from reckon_client.providers import Verdict
+from reckon_client.reconciliations import Reconciliation
+from reckon_client.transport import ReckonUnavailable, Transport, documented, json_body
+
+log = logging.getLogger("reckon_client")
 
 MAX_WAIT_SECONDS = 30  # what the server holds per request; next_lease asks again for longer waits
+EARLY_BACKOFF = (0.25, 5.0)  # an empty answer that came early without Retry-After: pause, doubling
+HELD_REASONS = ("previous_attempt_unknown", "under_recovery")  # claim refusals effect() reports as HeldUnknown
 
 
-class ReckonError(Exception):
-    """A refusal from the API: `status`, `code` (e.g. stale_lease), `reason` for claims."""
+@dataclass(frozen=True)
+class Reply:
+    """A documented answer: its status, headers (lower-case names) and JSON object ({} for 204)."""
 
-    def __init__(self, status: int, body: JsonObject):
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        self.status = status
-        self.code: str = error.get("code", "http_error")
-        self.reason: str = error.get("reason") or ""
-        self.fields: JsonObject = error.get("fields") or {}
-        self.body = body
-        super().__init__(f"{status} {self.code}: {error.get('message', body)}")
+    status: int
+    headers: dict[str, str]
+    json: JsonObject
+
+
+@dataclass(frozen=True)
+class NothingClaimed:
+    """Why `next_lease` returned None, as the server said it (`Client.nothing_claimed`).
+
+    `reason`: `no_work` (nothing claimable in scope came within the wait), `dead_man_gate`
+    (irreversible work in scope is held while the sweeper or the reconciler is not running:
+    `message` says which), `cannot_wait` (this server could not hold the wait). `retry_after`:
+    the seconds the server asked to wait before asking again (None: ask when you like).
+    `requests`: how many claims the call sent."""
+
+    reason: str
+    message: str
+    retry_after: float | None
+    requests: int
+    waited: float
+
+    def __str__(self) -> str:
+        again = f"; ask again in {self.retry_after:g} s" if self.retry_after is not None else ""
+        return f"nothing claimed after {self.waited:.1f} s ({self.reason}{': ' + self.message if self.message else ''}{again})"
 
 
 class Client:
     """A worker's connection to Reckon's API (`/api/v1`), with a token from
-    `manage.py worker_token create`. Safe to share between threads."""
+    `manage.py worker_token create`. Safe to share between threads.
+
+    Every answer is checked against what the API documents: a refusal raises ReckonError, and
+    an answer that is not the API's (a redirect to HTTPS, an HTML page, a body that is not the
+    documented JSON) raises UnexpectedAnswer naming the URL and status: nothing succeeds by accident."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, retry_unsent_for: float = 10.0):
         self.base_url = base_url.rstrip("/")
@@ -39,12 +69,14 @@ class Client:
         # A lease's write that could not even connect (Reckon restarting) is sent again for this long.
         self.retry_unsent_for = retry_unsent_for
         self._transport = Transport(self.base_url + "/api/v1", timeout=timeout)
+        self._last = threading.local()
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, body: JsonObject | None = None, *, timeout: float | None = None,
-             retry_unsent_for: float = 0.0) -> Answer:
-        """One API call; a refusal (4xx, 5xx) raises ReckonError, a connection failure ReckonUnavailable."""
+             retry_unsent_for: float = 0.0, expect: tuple[int, ...] = (200, 201)) -> Reply:
+        """One API call. An answer in `expect` is returned; a refusal (Reckon's JSON error) raises
+        ReckonError, any other answer UnexpectedAnswer, a connection failure ReckonUnavailable."""
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -58,12 +90,13 @@ class Client:
                     raise
                 time.sleep(pause)  # nothing reached Reckon: wait for it to come back, then send again
                 pause = min(pause * 2, 2.0)
+        value = documented(method, self._transport.url(path), answer, expect)
         if answer.status >= 400:
-            raise ReckonError(answer.status, decode(answer.body))
-        return answer
+            raise ReckonError(answer.status, value)
+        return Reply(answer.status, answer.headers, value)
 
     def request(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
-        return decode(self.call(method, path, body).body)
+        return self.call(method, path, body).json
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -105,29 +138,86 @@ class Client:
     def next_lease(self, worker: str, *, actions: Iterable[str] | None = None,
                    tenants: Iterable[str] | None = None, wait_seconds: float = 30.0) -> Lease | None:
         """Claim the oldest claimable job in the token's scope (narrowed to `actions` and `tenants`),
-        waiting up to `wait_seconds` for one to arrive; None if none came.
+        waiting up to `wait_seconds` for one to arrive; None if none came, and then
+        `nothing_claimed` says why (the server's reason, e.g. the dead-man gate holds the work).
 
         Without `actions`, only jobs of external actions are handed out. Reckon holds the wait
         (woken when work arrives); a server that cannot hold it says when to ask again
-        (Retry-After), and this method asks again until `wait_seconds` have passed."""
+        (Retry-After), and this method asks again until `wait_seconds` have passed. An empty
+        answer that comes early without saying when is followed by a pause (0.25 s, doubling to
+        5 s), so a call waits about `wait_seconds` with a handful of requests, never a busy loop."""
         body: dict[str, Any] = {"worker": worker}
         if actions is not None:
             body["actions"] = list(actions)
         if tenants is not None:
             body["tenants"] = list(tenants)
-        deadline = time.monotonic() + max(wait_seconds, 0.0)
+        started = time.monotonic()
+        deadline = started + max(wait_seconds, 0.0)
+        requests, backoff = 0, EARLY_BACKOFF[0]
         while True:
+            asked = math.ceil(min(max(deadline - time.monotonic(), 0.0), MAX_WAIT_SECONDS))  # never less than asked
+            body["wait_seconds"] = asked
+            sent = time.monotonic()
+            reply = self.call("POST", "/claims", body, timeout=self.timeout + asked, expect=(201, 204))
+            requests += 1
+            if reply.status == 201:
+                self._last.nothing = None
+                return Lease(self, reply.json)
+            retry_after = _seconds(reply.headers.get("retry-after"))
             remaining = deadline - time.monotonic()
-            body["wait_seconds"] = math.ceil(min(max(remaining, 0.0), MAX_WAIT_SECONDS))  # never less than asked
-            answer = self.call("POST", "/claims", body, timeout=self.timeout + body["wait_seconds"])
-            if answer.status == 201:
-                return Lease(self, decode(answer.body))
-            retry_after = _seconds(answer.headers.get("retry-after"))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (retry_after is None and body["wait_seconds"] == 0):
-                return None  # waited as long as asked (a longer wait is asked for again, 30 s at a time)
+            if remaining <= 0:
+                break
             if retry_after is not None:
-                time.sleep(min(retry_after, remaining))  # the server could not hold the wait: our turn
+                pause = retry_after  # the server said when: our turn then
+            elif time.monotonic() - sent + 0.25 < asked:
+                pause, backoff = backoff, min(backoff * 2, EARLY_BACKOFF[1])  # answered early, unasked
+            else:
+                continue  # the server held the wait as asked: ask again for the rest
+            time.sleep(min(pause, remaining))
+            if pause >= remaining:
+                break
+        nothing = NothingClaimed(
+            reason=reply.headers.get("reckon-reason") or "no_work",
+            message=reply.headers.get("reckon-detail", ""),
+            retry_after=retry_after,
+            requests=requests,
+            waited=time.monotonic() - started,
+        )
+        self._last.nothing = nothing
+        log.log(logging.INFO if nothing.reason == "no_work" else logging.WARNING, "%s: %s", worker, nothing)
+        return None
+
+    @property
+    def nothing_claimed(self) -> NothingClaimed | None:
+        """Why this thread's last `next_lease` returned None (None after it returned a lease)."""
+        return getattr(self._last, "nothing", None)
+
+    # -- pull-mode reconciliation -----------------------------------------------------------------
+
+    def claim_reconciliation(self, agent: str, *, actions: Iterable[str] | None = None,
+                             tenants: Iterable[str] | None = None) -> Reconciliation | None:
+        """Claim the most overdue unknown attempt of actions declared `reconciler = "external"`
+        in the token's scope, to look it up and answer (see `Reconciliation`); None when none is due."""
+        body: dict[str, Any] = {"agent": agent}
+        if actions is not None:
+            body["actions"] = list(actions)
+        if tenants is not None:
+            body["tenants"] = list(tenants)
+        reply = self.call("POST", "/reconciliations/claim", body, expect=(201, 204))
+        return Reconciliation(self, agent, reply.json) if reply.status == 201 else None
+
+    def next_reconciliation(self, agent: str, *, actions: Iterable[str] | None = None,
+                            tenants: Iterable[str] | None = None, wait_seconds: float = 30.0) -> Reconciliation | None:
+        """`claim_reconciliation`, asked again (after 0.5 s, doubling to 5 s) until one is due or
+        `wait_seconds` have passed: the server answers at once, so the pause is the client's."""
+        deadline, pause = time.monotonic() + max(wait_seconds, 0.0), 0.5
+        while True:
+            claimed = self.claim_reconciliation(agent, actions=actions, tenants=tenants)
+            remaining = deadline - time.monotonic()
+            if claimed is not None or remaining <= 0:
+                return claimed
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, 5.0)
 
     def effect(self, action: str, job_id: str, payload: JsonObject, *, tenant: str, worker: str,
                identity: JsonObject | None = None) -> Deferred:
@@ -139,19 +229,41 @@ class Client:
         On entry: enqueue (or get the existing job), claim it, and begin the side effect. The
         block runs with the lease renewed in the background. A block that ends normally records
         success (with `lease.result_ref`), unless it recorded an outcome itself; an exception
-        records `unknown` (the call may have reached the provider). A job already finished, or
-        whose previous attempt is unknown, is refused on entry (ReckonError 409 claim_refused)
-        and the block does not run. With an `identity` binding the block must call
-        `lease.verify_identity(observed)` and then `lease.begin()` itself."""
+        records `unknown` (the call may have reached the provider). With an `identity` binding
+        the block must call `lease.verify_identity(observed)` and then `lease.begin()` itself.
+
+        Safe to call again for the same job, e.g. by an agent restarted after a crash: the block
+        does not run again, and entering raises what the ledger knows instead:
+        `AlreadySucceeded` (its `result_ref` is the recorded result: use it) when the effect is
+        recorded, `HeldUnknown` when an earlier attempt is unknown (it may have happened: the job
+        is held until a reconciler or a person settles it; do not perform it yourself). Both are
+        ReckonError (409 claim_refused); any other refusal (a live lease elsewhere, attempts
+        exhausted) raises ReckonError as a claim does."""
 
         def start() -> Lease:
-            self.enqueue(job_id, tenant=tenant, action=action, payload=payload, identity=identity)
-            lease = self.claim_lease(job_id, worker=worker)
+            job = self.enqueue(job_id, tenant=tenant, action=action, payload=payload, identity=identity)
+            _raise_if_settled(job)
+            try:
+                lease = self.claim_lease(job_id, worker=worker)
+            except ReckonError as refused:
+                if refused.code == "claim_refused":
+                    _raise_if_settled(self.job(job_id), refused)
+                raise
             lease.success_on_exit = True
             lease.begin_on_enter = not identity
             return lease
 
         return Deferred(start)
+
+
+def _raise_if_settled(job: JsonObject, refused: ReckonError | None = None) -> None:
+    """AlreadySucceeded or HeldUnknown for a job effect() must not run again."""
+    if job.get("status") == "succeeded":
+        raise AlreadySucceeded(job)
+    if job.get("status") in ("needs_reconciliation", "needs_operator", "escalated"):
+        raise HeldUnknown(job)
+    if refused is not None and refused.reason in HELD_REASONS:
+        raise HeldUnknown(job, refused.reason, str(refused))
 
 
 class Lease:
@@ -199,9 +311,8 @@ class Lease:
 
     def _write(self, step: str, **fields: Any) -> JsonObject:
         body = {"owner": self.owner, "fencing_token": self.fencing_token, **fields}
-        answer = self.client.call("POST", Client._job(self.job_id) + f"/lease/{step}", body,
-                                  retry_unsent_for=self.client.retry_unsent_for)
-        return decode(answer.body)
+        return self.client.call("POST", Client._job(self.job_id) + f"/lease/{step}", body,
+                                retry_unsent_for=self.client.retry_unsent_for).json
 
     def renew(self) -> str:
         self.expires_at = str(self._write("renew")["expires_at"])
@@ -234,6 +345,18 @@ class Lease:
         answer = self._write("unknown", reason=reason, evidence=evidence or {})
         self.outcome = "unknown"
         return answer
+
+    def record(self, verdict: Verdict, detail: str = "", *, result_ref: str = "",
+               evidence: JsonObject | None = None) -> JsonObject:
+        """Record what a provider's answer proves (`classify_status`, `classify_error`):
+        success with `result_ref`, a retryable or a definitive failure, or unknown, with `detail`."""
+        verdict = Verdict(verdict)
+        if verdict is Verdict.SUCCEEDED:
+            return self.succeeded(result_ref, evidence)
+        if verdict is Verdict.UNKNOWN:
+            return self.unknown(detail or "the provider's answer proves nothing", evidence)
+        return self.failed(detail or "the provider refused", retryable=verdict is Verdict.RETRYABLE,
+                           evidence=evidence)
 
     # -- renewal in the background ------------------------------------------------------------------
 

@@ -12,10 +12,9 @@ import json
 import select
 import threading
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
-JsonObject = dict[str, Any]  # a JSON object, decoded
+from reckon_client.errors import JsonObject, UnexpectedAnswer
 
 
 class ReckonUnavailable(ConnectionError):
@@ -44,9 +43,13 @@ class Transport:
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname, parts.port
+        self._netloc = parts.netloc.rpartition("@")[2]
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
         self._local = threading.local()
+
+    def url(self, path: str) -> str:
+        return f"{'https' if self._https else 'http'}://{self._netloc}{self.prefix}{path}"
 
     def send(self, method: str, path: str, body: bytes | None, headers: dict[str, str], *,
              timeout: float | None = None) -> Answer:
@@ -113,12 +116,24 @@ def json_body(value: JsonObject | None) -> bytes | None:
     return None if value is None else json.dumps(value, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> JsonObject:
-    if not data:
+def documented(method: str, url: str, answer: Answer, expect: tuple[int, ...]) -> JsonObject:
+    """The JSON object of an answer the API documents (one of `expect`, or Reckon's own JSON error,
+    raised as ReckonError by the caller); anything else raises UnexpectedAnswer naming the URL and
+    status: a redirect, an HTML page, a body that is not a JSON object."""
+    if answer.status == 204 and 204 in expect:
         return {}
+    if answer.status not in expect and answer.status < 400:
+        raise UnexpectedAnswer(method, url, answer.status, answer.headers, answer.body,
+                               f"not an answer of Reckon's API here (expected {', '.join(map(str, expect))})")
+    if not answer.headers.get("content-type", "").startswith("application/json"):
+        what = answer.headers.get("content-type") or "no Content-Type"
+        raise UnexpectedAnswer(method, url, answer.status, answer.headers, answer.body,
+                               f"{what}, not Reckon's JSON (is the URL Reckon's?)")
     try:
-        value = json.loads(data)
+        value = json.loads(answer.body)
     except ValueError:
-        return {"error": {"message": data[:500].decode(errors="replace")}}
-    return value if isinstance(value, dict) else {"value": value}
-
+        value = None
+    if not isinstance(value, dict) or (answer.status >= 400 and not isinstance(value.get("error"), dict)):
+        raise UnexpectedAnswer(method, url, answer.status, answer.headers, answer.body,
+                               "the body is not the JSON object Reckon's API documents")
+    return value

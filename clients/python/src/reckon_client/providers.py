@@ -1,0 +1,60 @@
+"""Classifying what a provider answered: what each answer proves about the side effect.
+
+The one question is whether the effect *may have happened*. Only an answer that proves it did not
+(the request never left, or the provider said it did nothing) is a retryable failure; everything
+that leaves the question open is `unknown`, which Reckon settles by asking the provider (a
+reconciler) before any retry, so a retry never makes a second charge.
+
+    what happened                                                  Verdict     record with
+    2xx                                                            SUCCEEDED   lease.succeeded(ref)
+    connection refused, DNS failure, TLS handshake failure         RETRYABLE   lease.failed(.., retryable=True)
+      (nothing left this process: request_sent=False)
+    429 Too Many Requests, 503 Service Unavailable                 RETRYABLE   (the provider did nothing)
+    another 4xx (400, 401, 402, 404, 422: the request is wrong)    FAILED      lease.failed(..)
+    409 (Stripe-style "a request with this key is in progress",    UNKNOWN     lease.unknown(..)
+      which after a dropped connection may be answered forever)
+    a dropped connection or a timeout after the request left,      UNKNOWN
+      500, 502, 504 and other 5xx, a 2xx whose body cannot be read
+
+`lease.record(verdict, detail)` records any of them.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from enum import Enum
+
+RETRYABLE_STATUSES = frozenset({429, 503})  # the provider says it did nothing: ask again later
+
+
+class Verdict(str, Enum):  # noqa: UP042  (StrEnum is 3.11; the client supports 3.10)
+    """What an answer proves about the side effect, and so what to record."""
+
+    SUCCEEDED = "succeeded"  # the provider says it happened: record success with its reference
+    RETRYABLE = "retryable"  # proves nothing happened: a retryable failure (the next attempt reuses the key)
+    FAILED = "failed"  # the provider refused the request for good: a definitive failure
+    UNKNOWN = "unknown"  # it may have happened: unknown, settled by a reconciler before any retry
+
+
+def classify_status(status: int) -> Verdict:
+    """The verdict of an HTTP status the provider answered (see the module's table)."""
+    if 200 <= status < 300:
+        return Verdict.SUCCEEDED
+    if status in RETRYABLE_STATUSES:
+        return Verdict.RETRYABLE
+    if status == 409:  # "in progress" for this idempotency key: an earlier request may have done it
+        return Verdict.UNKNOWN
+    if 400 <= status < 500:
+        return Verdict.FAILED
+    return Verdict.UNKNOWN  # 500, 502, 504...: the request reached something that may have acted
+
+
+def classify_error(error: BaseException, *, request_sent: bool) -> Verdict:
+    """The verdict of a call that got no answer. `request_sent`: whether any byte of the request
+    may have left (False only when connecting failed: refused, no such host, TLS handshake)."""
+    if not request_sent:
+        return Verdict.RETRYABLE
+    if isinstance(error, (ConnectionRefusedError, socket.gaierror, ssl.SSLCertVerificationError)):
+        return Verdict.RETRYABLE  # refused before anything was accepted
+    return Verdict.UNKNOWN  # a timeout, a reset, a dropped connection: the provider may have acted
