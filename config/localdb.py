@@ -96,7 +96,7 @@ def _cluster_dir() -> Path:
     if os.geteuid() != 0 or _postgres_can_enter(preferred.parent):
         return preferred
     digest = hashlib.sha1(str(PROJECT_DIR).encode()).hexdigest()[:10]  # nosec B324  # names a folder, not a security use
-    return Path("/var/tmp") / f"reckon-pgdata-{digest}"  # nosec B108  # dev-only embedded cluster, which trusts every local user anyway (trust auth on 127.0.0.1); production sets DATABASE_URL
+    return Path("/var/tmp") / f"reckon-pgdata-{digest}"  # nosec B108  # dev-only embedded cluster; private_folder() refuses a symlink or another user's folder there, and logins need the cluster's password (scram-sha-256); production sets DATABASE_URL
 
 
 def private_folder(folder: Path) -> None:

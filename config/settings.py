@@ -91,7 +91,7 @@ elif problem := secret_key_problem(SECRET_KEY):
 ALLOWED_HOSTS = setting("RECKON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], List, "Comma-separated host names the web server answers to. Set it to your public host name in production.", group=CORE, example="reckon.example.com")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "console.admin_app.ReckonAdminConfig",  # django.contrib.admin, for superusers only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -351,11 +351,18 @@ RECKON_TRUSTED_PROXIES = setting("RECKON_TRUSTED_PROXIES", [], Networks, "The pr
 # (username, client address) pair, the username normalised as Django does (NFKC) and case-folded;
 # LIMIT failures lock that pair until WINDOW seconds pass without another try, and a success
 # clears its count. Another address or another username is not held up, so nobody can lock a
-# colleague out from elsewhere. Attempts are rows in PostgreSQL: the limit holds across web
+# colleague out from elsewhere (the per-account slow-down below only slows addresses the account
+# has not logged in from). Attempts are rows in PostgreSQL: the limit holds across web
 # processes and hosts.
 RECKON_LOGIN_FAILURE_LIMIT = setting("RECKON_LOGIN_FAILURE_LIMIT", 5, Int, "Failed log-ins per username and client address before that pair is locked out.", group=SECURITY)
 RECKON_LOGIN_FAILURE_WINDOW = setting("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60, Int, "Seconds without another try until a lock-out lifts.", group=SECURITY)
-AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+# Per account (config.hardening.account_wait): many addresses, each below the limit above, could
+# still guess on. Once a username has ACCOUNT_LIMIT failures in the window from anywhere, an
+# attempt from an address it has not logged in from (in 90 days) waits 2, 4, 8 … seconds after
+# the latest failure, at most ACCOUNT_MAX_WAIT; its usual addresses are never slowed.
+RECKON_LOGIN_ACCOUNT_LIMIT = setting("RECKON_LOGIN_ACCOUNT_LIMIT", 10, Int, "Failed log-ins for one username, from any address, before attempts from addresses it has not logged in from are slowed down.", group=SECURITY)
+RECKON_LOGIN_ACCOUNT_MAX_WAIT = setting("RECKON_LOGIN_ACCOUNT_MAX_WAIT", 60, Int, "The longest wait (s) the per-account slow-down imposes between attempts.", group=SECURITY)
+AXES_HANDLER = "config.hardening.LoginThrottle"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = RECKON_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(seconds=RECKON_LOGIN_FAILURE_WINDOW)

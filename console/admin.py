@@ -1,10 +1,17 @@
-"""/admin/: the ledger's tables, read-only for everyone (history changes only through services);
-people, groups and tenant scopes, the one writable part, each change written to the admin trail."""
+"""/admin/ (superusers only: console.admin_site): the ledger's tables and django-q2's tasks and
+schedules, read-only (history changes only through services; schedules come from
+config/schedules.py); what stays writable, each change written to the admin trail in the same
+transaction: people, groups, tenant scopes, worker tokens (api/admin.py, through api.tokens) and
+the deletion of a login attempt (which lifts a lock-out)."""
 
+from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin, AccessLogAdmin
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django_q.admin import FailAdmin, QueueAdmin, ScheduleAdmin, TaskAdmin
+from django_q.models import Failure, OrmQ, Schedule, Success
 
 from approvals.models import ApprovalRequest
 from console.admin_trail import record_change, snapshot
@@ -14,6 +21,8 @@ from reconciliation.models import ReconciliationCheck
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    actions = ()  # none of a library's own actions (delete_selected needs the delete permission)
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
@@ -84,23 +93,25 @@ class AdminAuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ("=actor", "=object_repr")
 
 
-# -- the writable part: people, groups and tenant scopes ------------------------------------------
+# -- django-q2: what ran, what failed, what is queued and scheduled; read-only ----------------------
+# Its own admin lets a schedule or a queued task name any importable callable (os.system runs as
+# the cluster's user) and resubmits tasks outside the ledger. The schedules are installed from
+# config/schedules.py by migrate; the tasks are the ledger's to queue.
 
 
-class SuperuserOnly:
-    """Tenant scopes widen what a person sees: only a superuser may grant or change them."""
+def _read_only(model, library_admin) -> None:
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+    admin.site.register(model, type(f"ReadOnly{library_admin.__name__}", (ReadOnlyAdmin, library_admin), {}))
 
-    def has_view_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser
+_read_only(Schedule, ScheduleAdmin)
+_read_only(Success, TaskAdmin)
+_read_only(Failure, FailAdmin)
+_read_only(OrmQ, QueueAdmin)
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser
 
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser
+# -- the writable part, every change on the admin trail ------------------------------------------
 
 
 class AuditedAdmin(admin.ModelAdmin):
@@ -146,7 +157,7 @@ class AuditedAdmin(admin.ModelAdmin):
                 record_change(request.user, AdminAuditEntry.DELETED, obj, before, {}, pk=pk)
 
 
-class TenantScopeInline(SuperuserOnly, admin.StackedInline):
+class TenantScopeInline(admin.StackedInline):
     model = TenantScope
     can_delete = False
     verbose_name_plural = "tenant scope (no scope: the console shows no tenant's jobs)"
@@ -154,7 +165,7 @@ class TenantScopeInline(SuperuserOnly, admin.StackedInline):
 
 
 @admin.register(TenantScope)
-class TenantScopeAdmin(SuperuserOnly, AuditedAdmin):
+class TenantScopeAdmin(AuditedAdmin):
     list_display = ("user", "all_tenants", "tenants")
     list_select_related = ("user",)
     fields = ("user", "all_tenants", "tenants")
@@ -185,3 +196,31 @@ class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
         # Deleting a group silently removes it from its members: the trail keeps who they were.
         members = sorted(obj.user_set.values_list("username", flat=True)) if obj.pk else []
         return {**snapshot(obj), "members": members}
+
+
+# -- django-axes: login attempts. Deleting one lifts its lock-out (on the trail); the logs of
+# logins and failures are a record, read-only.
+
+
+admin.site.unregister(AccessAttempt)
+
+
+@admin.register(AccessAttempt)
+class AuditedAccessAttemptAdmin(AuditedAdmin, AccessAttemptAdmin):
+    actions = ()  # delete_selected (audited) only: expired attempts are cleaned up by axes itself
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def audit_snapshot(self, obj) -> dict:
+        # Who was locked out from where, and how far they had got: not the form data they posted.
+        return {
+            "username": obj.username,
+            "ip_address": obj.ip_address,
+            "failures_since_start": obj.failures_since_start,
+            "attempt_time": snapshot(obj)["attempt_time"],
+        }
+
+
+_read_only(AccessLog, AccessLogAdmin)
+_read_only(AccessFailureLog, AccessFailureLogAdmin)

@@ -101,7 +101,8 @@ class DecisionForm(forms.Form):
 
 
 class HoldForm(forms.Form):
-    hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release")])
+    hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release"),
+                                      ("release_other", "Release their hold")])
 
 
 class BulkDecisionForm(forms.Form):

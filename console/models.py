@@ -1,4 +1,4 @@
-"""Who may see which tenants in the console, and the trail of changes made to people in /admin/."""
+"""Who may see which tenants in the console, and the trail of changes made in /admin/."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ class TenantScope(models.Model):
 
 
 class AdminAuditEntry(models.Model):
-    """One change made in /admin/ to a user, a group or a tenant scope. Never updated, never deleted.
+    """One change made in /admin/ (a user, a group, a tenant scope, a worker token, a login attempt).
+    Never updated, never deleted.
 
     The actor and the object are copied as text, not linked: the trail outlives the accounts it
     names (a deleted user's changes stay on record), and a foreign key's ON DELETE would have to

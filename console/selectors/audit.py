@@ -1,4 +1,4 @@
-"""Searching the history: the ledger's events and the changes made to people in /admin/.
+"""Searching the history: the ledger's events and the changes made in /admin/.
 
 The audit page and its CSV exports share one filter."""
 

@@ -1,4 +1,5 @@
-"""Who is on a job: an operator takes it ("I'm on it") and releases it.
+"""Who is on a job: an operator takes it ("I'm on it") and releases it. Taking over or releasing
+a colleague's hold must be asked for explicitly (the console asks first).
 
 A hold is a note to colleagues, not a lock: it changes no state of the job or its attempts (so
 it never makes anyone's decision stale), but deciding on a job someone else holds asks that
@@ -48,13 +49,16 @@ def take_job(*, job_id: str, holder: str, take_over: bool = False, note: str = "
     return job
 
 
-def release_job(*, job_id: str, actor: str, note: str = "") -> Job:
-    """Nobody holds the job any more. Releasing a job nobody holds changes nothing."""
+def release_job(*, job_id: str, actor: str, release_other: bool = False, note: str = "") -> Job:
+    """Nobody holds the job any more. Releasing a job nobody holds changes nothing; someone
+    else's hold is released only when asked (`release_other`), as taking over is."""
     with transaction.atomic():
         job = lock_job(job_id=job_id)
         previous = job.holder
         if not previous:
             return job
+        if previous != actor and not release_other:
+            raise HeldByAnother(f"{previous} is on job {job_id}", holder=previous, held_since=job.held_since)
         with Batch() as batch:
             batch.update_job(job, holder="", held_since=None)
             batch.record_unchanged(

@@ -54,10 +54,8 @@ def _policy(response) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("path", ["/accounts/login/", "/", "/queue/", "/admin/"])
-def test_pages_carry_the_security_headers(client, operator, path):
-    operator.is_staff = True
-    operator.save()
-    client.force_login(operator)
+def test_pages_carry_the_security_headers(client, operator, admin_user, path):
+    client.force_login(admin_user if path == "/admin/" else operator)  # /admin/ is for superusers only
     response = client.get(path)
     assert response.status_code == 200
     assert _policy(response) == POLICY  # exactly: nothing looser (no unsafe-inline, no other origin)

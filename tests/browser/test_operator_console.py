@@ -117,3 +117,23 @@ def test_a_superuser_narrows_an_operators_tenants_in_admin_and_the_audit_shows_i
     trail = admin.locator("#admin-trail")
     expect(trail.locator("tbody tr").first).to_contain_text(operator.username)
     expect(trail.locator("tbody tr").first).to_contain_text('tenant_scope: "all tenants" → "acme"')
+
+
+def test_releasing_a_colleagues_hold_asks_first_in_the_browser(live_server, browser, log_in):
+    from ledger.services import take_job
+    from tests.conftest import _persona
+    from tests.console.conftest import with_tenants
+
+    make_operator_job("vault-1")
+    take_job(job_id="vault-1", holder="olga")
+    page = log_in(browser, with_tenants(_persona("otto", "operators")))
+    page.goto(f"{live_server.url}/jobs/vault-1/")
+    page.get_by_role("button", name="Release olga's hold…").click()
+    question = page.locator("[data-confirm-release]")
+    expect(question).to_contain_text("Release olga's hold: are you sure?")
+    expect(page.locator("#decision-panel .notice-warning")).to_contain_text("olga has been on this job since")
+    assert Job.objects.get(job_id="vault-1").holder == "olga"  # the first click only asked
+    question.get_by_role("button", name="Yes, release olga's hold").click()
+    expect(page.locator("#decision-panel .notice-success")).to_contain_text("Released: nobody is on this job now.")
+    expect(page.locator("[data-holder-none]")).to_be_visible()
+    assert Job.objects.get(job_id="vault-1").holder == ""

@@ -306,3 +306,89 @@ def test_every_console_url_is_in_the_matrix():
     from console.urls import urlpatterns
 
     assert {p.name for p in urlpatterns} == {*READS, *POSTS, *RUN_PAGES, "healthz"}
+
+
+# -- /admin/: every registered model's list and change page, per persona and tenant -------------
+# /admin/ is for superusers only (console.admin_site): Django's model permissions know no tenants,
+# so a staff user fenced to acme with every "Can view" (or every permission at all) gets its login
+# page, exactly as an anonymous visitor does, and can neither read nor write anything there.
+
+ADMIN_PERSONAS = (*PERSONAS, "staff_viewer", "staff_everything")
+
+# How a row of each ledger model leads to its job's tenant; the other models are no tenant's.
+ADMIN_TENANT_FIELD = {
+    "ledger.job": "tenant",
+    "ledger.attempt": "job__tenant",
+    "ledger.ledgerevent": "job__tenant",
+    "reconciliation.reconciliationcheck": "job__tenant",
+    "approvals.approvalrequest": "job__tenant",
+}
+
+
+def _staff(name: str, permissions) -> User:
+    user = with_tenants(User.objects.create_user(name, password="pw", is_staff=True), INSIDE)
+    user.user_permissions.set(permissions)
+    return user
+
+
+def _admin_pages(tenant: str) -> list[tuple[str, object]]:
+    """(url, model) for the list of every registered model, and the change page of one of its
+    rows: of `tenant` for a ledger model."""
+    from django.contrib import admin
+
+    pages = []
+    for model, _ in sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label_lower):
+        base = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        pages.append((base, model))
+        rows = model._default_manager.order_by("pk")
+        field = ADMIN_TENANT_FIELD.get(model._meta.label_lower)
+        row = (rows.filter(**{field: tenant}) if field else rows).first()
+        if row is not None:
+            pages.append((f"{base}{row.pk}/change/", model))
+    return pages
+
+
+@pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
+@pytest.mark.parametrize("persona", ADMIN_PERSONAS)
+def test_admin_pages(client, world, user_of, admin_user, persona, tenant):
+    from django.contrib.auth.models import Permission
+
+    from reconciliation.models import CheckOutcome, ReconciliationCheck
+    from tests.console.test_admin import _attempt
+
+    _attempt()  # a login attempt, so axes' page has a row too
+    for t in WEIGHT:  # a look at the provider for each tenant (the world's jobs had none)
+        job = Job.objects.get(job_id=job_of(t))
+        ReconciliationCheck.objects.create(job=job, attempt=job.attempts.first(), reconciler="billing",
+                                           outcome=CheckOutcome.UNAVAILABLE, error="timeout")
+    if persona == "staff_viewer":
+        user = _staff("staff", Permission.objects.filter(codename__startswith="view_"))
+    elif persona == "staff_everything":
+        user = _staff("staff", Permission.objects.all())
+    else:
+        user = user_of(persona)
+    if user:
+        client.force_login(user)
+    pages = _admin_pages(tenant)
+    ledger_pages = [url for url, model in pages if model._meta.label_lower in ADMIN_TENANT_FIELD and "change" in url]
+    assert len(ledger_pages) == len(ADMIN_TENANT_FIELD)  # the world has a row of each, for each tenant
+    for url, model in pages:
+        response = client.get(url)
+        if persona == "admin_user":
+            assert response.status_code == 200, url
+            continue
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/?next="), url
+        # …and nothing is written through it either.
+        counts = model._default_manager.count()
+        response = client.post(url.replace("/change/", "/delete/") if "change" in url else f"{url}add/", {"post": "yes"})
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+        assert model._default_manager.count() == counts, url
+
+
+def test_the_admin_matrix_covers_every_registered_model():
+    from django.contrib import admin
+
+    from console.admin_site import ReckonAdminSite
+
+    assert isinstance(admin.site, ReckonAdminSite)
+    assert {m._meta.label_lower for m in admin.site._registry} >= {*ADMIN_TENANT_FIELD, "auth.user", "django_q.schedule"}

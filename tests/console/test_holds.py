@@ -128,3 +128,33 @@ def test_a_decision_on_a_job_that_changed_is_told_the_change_not_the_hold(operat
     html = _client(operator2).post("/jobs/vault-1/decide/", {"decision": "cancel_job", "version": seen,
                                                              "note": "duplicate", "confirmed": "on"}, **htmx()).content.decode()
     assert f"{operator.username} escalated this job at " in html and "has been on this job" not in html
+
+
+@pytest.mark.parametrize("with_htmx", [True, False])
+def test_releasing_a_colleagues_hold_asks_first(operator, operator2, with_htmx):
+    make_operator_job("vault-1")
+    _hold(_client(operator), "vault-1", "take")
+    colleague = _client(operator2)
+    page = colleague.get("/jobs/vault-1/").content.decode()
+    assert '''value="release" class="quiet">Release olga's hold…</button>''' in page
+    headers = htmx() if with_htmx else {}
+    asked = _hold(colleague, "vault-1", "release", **headers)
+    assert asked.status_code == 200  # the question, in the panel (or the page, without JavaScript)
+    html = asked.content.decode()
+    assert "olga has been on this job since " in html and "release their hold only if they agree" in html
+    assert "data-confirm-release" in html and 'value="release_other"' in html and "Yes, release olga's hold" in html
+    assert Job.objects.get(job_id="vault-1").holder == "olga"  # one click changed nothing
+    assert not Job.objects.get(job_id="vault-1").events.filter(kind="job_released").exists()
+    _hold(colleague, "vault-1", "release_other", **headers)
+    job = Job.objects.get(job_id="vault-1")
+    assert job.holder == ""
+    event = job.events.get(kind="job_released")
+    assert (event.actor, event.note, event.evidence) == ("otto", "released olga's hold", {"released_from": "olga"})
+
+
+def test_the_holder_releases_in_one_click(operator):
+    make_operator_job("vault-1")
+    client = _client(operator)
+    _hold(client, "vault-1", "take")
+    assert _hold(client, "vault-1", "release").status_code == 302
+    assert Job.objects.get(job_id="vault-1").holder == ""
