@@ -17,7 +17,7 @@ from django.db import connections
 
 from bench.generate import pending_jobs
 from bench.sections import in_processes
-from chaos.world import Worker, World, _answers, wait_until
+from chaos.world import Worker, World, answers, wait_until
 from ledger import services
 from sandbox.stack import stack_children
 from sandbox.testing import free_port
@@ -37,7 +37,7 @@ def serve_api(world: World, *, web_workers: int = WEB_WORKERS, extra: tuple[str,
     server = Worker(world, f"web-{port}", PRODUCTION, web.argv + list(extra))
     world.workers.append(server)
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _answers(f"{url}/healthz"), timeout=60, what="the API server to answer")
+    wait_until(lambda: answers(f"{url}/healthz"), timeout=60, what="the API server to answer")
     return server, url
 
 

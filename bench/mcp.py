@@ -16,7 +16,7 @@ import uuid
 
 from django.db import connections
 
-from chaos.world import ROOT, Worker, World, _answers, wait_until
+from chaos.world import ROOT, Worker, World, answers, wait_until
 from sandbox.testing import free_port
 
 SERVER = ROOT / "examples" / "mcp_notes_server.py"
@@ -101,7 +101,7 @@ def mcp_calls(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
     world.workers.append(Worker(world, "mcp-gateway", {"RECKON_ACTIONS_FILE": str(actions), "RECKON_DEBUG": "false",
                                                        "RECKON_SECRET_KEY": uuid.uuid4().hex * 2},
                                 [sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(gateway_port)]))
-    wait_until(lambda: _answers(f"http://127.0.0.1:{gateway_port}/healthz"), timeout=60,
+    wait_until(lambda: answers(f"http://127.0.0.1:{gateway_port}/healthz"), timeout=60,
                what="the MCP gateway to answer")
     token = worker_token_create(name="bench-agent", tenants=["bench"], actions=["*"]).token
     gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"

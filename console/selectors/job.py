@@ -36,10 +36,11 @@ class JobRecord:
             return ""
         return check.evidence.get("reason", "")
 
-    # The page's counters are counted from the lists the page shows, never from a separate counter.
+    # Every refused duplicate is counted on the job; the history keeps the first per worker and
+    # attempt (ledger.services.worker._first_refusal), so the figure is the job's counter.
     @property
     def duplicate_deliveries(self) -> int:
-        return sum(1 for event in self.events if event.kind == EventKind.DUPLICATE_DELIVERY)
+        return self.job.duplicate_deliveries
 
     @property
     def triage(self) -> Triage:

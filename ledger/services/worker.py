@@ -72,7 +72,7 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
             reason = "job_finished" if not live_lease else "live_lease"
             with Batch() as batch:  # a counted signal, committed before the refusal is raised
                 batch.update_job(job, duplicate_deliveries=job.duplicate_deliveries + 1)
-                if _first_refusal(job, attempt, EventKind.DUPLICATE_DELIVERY, reason):
+                if _first_refusal(job, attempt, EventKind.DUPLICATE_DELIVERY, reason, worker):
                     batch.record_unchanged(
                         job,
                         attempt,
@@ -114,7 +114,7 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimR
     else:
         reason, message = "not_claimable", f"job is {job.status}; no attempt is queued"
     batch.update_job(job, claims_refused=job.claims_refused + 1)
-    if _first_refusal(job, attempt, EventKind.CLAIM_REFUSED, reason):
+    if _first_refusal(job, attempt, EventKind.CLAIM_REFUSED, reason, worker):
         batch.record_unchanged(
             job,
             attempt,
@@ -128,11 +128,12 @@ def _refuse_claim(job: Job, attempt: Attempt, worker: str, gate: Gate) -> ClaimR
     return ClaimRefused(reason, message)
 
 
-def _first_refusal(job: Job, attempt: Attempt, kind: EventKind, reason: str) -> bool:
-    """Is this the first refusal of its kind and reason for this attempt? Only the first is
-    written to the history; every one is counted on the job (a retry loop that asks again and
-    again would otherwise fill the history with the same refusal)."""
-    return not LedgerEvent.objects.filter(job=job, attempt=attempt, kind=kind, evidence__reason=reason).exists()
+def _first_refusal(job: Job, attempt: Attempt, kind: EventKind, reason: str, worker: str) -> bool:
+    """Is this the first refusal of its kind and reason for this attempt and this worker? Only the
+    first is written to the history (who was refused, and why); every one is counted on the job (a
+    retry loop that asks again and again would otherwise fill the history with the same refusal)."""
+    return not LedgerEvent.objects.filter(job=job, attempt=attempt, kind=kind, actor=worker,
+                                          evidence__reason=reason).exists()
 
 
 def _lease(job: Job, attempt: Attempt, *, worker: str, now: datetime) -> Lease:

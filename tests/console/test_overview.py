@@ -135,13 +135,14 @@ def test_it_shows_the_rate_of_duplicate_deliveries(client, auditor):
     make_job("b")
     services.claim_job(job_id="a", worker="w1")
     services.claim_job(job_id="b", worker="w1")
-    for _ in range(3):  # redeliveries while the lease is live: refused and counted
+    for worker in ("w2", "w3", "w2"):  # redeliveries while the lease is live: refused and counted
         with pytest.raises(services.ClaimRefused):
-            services.claim_job(job_id="a", worker="w2")
+            services.claim_job(job_id="a", worker=worker)
     client.force_login(auditor)
     html = client.get("/").content.decode()
-    assert 'data-figure="duplicates_recent">3<' in html
-    assert 'data-figure="duplicates_per_claim">1.50 <span class="muted figure-detail">(3 of 2)</span>' in html
+    # The history keeps one refusal per worker and attempt (w2's second is counted on the job only).
+    assert 'data-figure="duplicates_recent">2<' in html
+    assert 'data-figure="duplicates_per_claim">1.00 <span class="muted figure-detail">(2 of 2)</span>' in html
 
 
 def test_without_claims_there_is_no_rate(client, auditor):

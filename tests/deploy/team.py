@@ -15,27 +15,39 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from reckon_client import WEBHOOK_SIGNATURE_HEADER, Client, WebhookSignatureError, verify_webhook
+from reckon_client import (
+    WEBHOOK_SIGNATURE_HEADER,
+    Client,
+    QuestionLog,
+    WebhookSignatureError,
+    sign_answer,
+    verify_webhook,
+)
 
 
 def receiver(port: int, secret: str, provider: Path) -> None:
+    seen = QuestionLog()
+
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
-                verify_webhook(body, self.headers.get(WEBHOOK_SIGNATURE_HEADER, ""), [secret])
+                question = verify_webhook(body, self.headers.get(WEBHOOK_SIGNATURE_HEADER, ""), [secret], seen=seen)
             except WebhookSignatureError as refused:
                 return self.answer(401, {"error": str(refused)})
-            key = json.loads(body)["idempotency_key"]
+            key, question_id = question["idempotency_key"], question["question_id"]
             if (provider / key).exists():
                 return self.answer(200, {"outcome": "confirmed", "reason": "the provider holds the effect",
-                                         "result_ref": f"file:{key}"})
-            return self.answer(200, {"outcome": "not_found", "reason": "the provider has no effect with this key"})
+                                         "result_ref": f"file:{key}"}, question_id)
+            return self.answer(200, {"outcome": "not_found", "reason": "the provider has no effect with this key"},
+                               question_id)
 
-        def answer(self, status: int, body: dict) -> None:
+        def answer(self, status: int, body: dict, question_id: str = "") -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            if question_id:  # Reckon takes only an answer signed for the question it asked
+                self.send_header(WEBHOOK_SIGNATURE_HEADER, sign_answer(data, question_id, [secret]))
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,15 +199,21 @@ async def _with_client(url: str, token: str, work, client_name: str = "test-agen
 
 def call(url: str, token: str, tool: str, arguments: dict, *, meta: dict | None = None):
     """One tools/call through the SDK's client; the CallToolResult."""
-    return anyio.run(_with_client, url, token,
-                     lambda client: client.call_tool(tool, arguments, meta=meta))
+    return _run(_with_client, url, token, lambda client: client.call_tool(tool, arguments, meta=meta))
 
 
 def list_tools(url: str, token: str) -> list[str]:
     async def names(client):
         return [tool.name for tool in (await client.list_tools()).tools]
 
-    return anyio.run(_with_client, url, token, names)
+    return _run(_with_client, url, token, names)
+
+
+def _run(function, *args):
+    """`anyio.run` in a thread of its own: the browser tests' session (Playwright's sync API) keeps
+    an event loop running in the main thread, where a second one cannot start."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(anyio.run, function, *args).result()
 
 
 def text(result) -> str:
