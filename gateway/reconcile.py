@@ -4,7 +4,9 @@ result), an empty one proves absence, anything else proves nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 
@@ -33,7 +35,7 @@ def look_up(job: Job, attempt: Attempt) -> Finding:
             return await upstreams.call_tool(upstream, policy.lookup.tool, arguments)
 
     try:
-        result = anyio.run(ask)
+        result = _run_apart(ask)
     except Exception as exc:  # the upstream did not answer: that proves nothing
         return Finding(CheckOutcome.UNAVAILABLE, f"lookup {asked['tool']} failed: {type(exc).__name__}: {exc}",
                        evidence={"lookup": asked})
@@ -59,3 +61,15 @@ def answer_is_empty(result: dict) -> bool:
         return json.loads(text) in EMPTY if text else True
     except ValueError:
         return False
+
+
+def _run_apart(ask) -> dict:
+    """`anyio.run(ask)`, in a thread of its own when this thread already runs an event loop (a
+    reconcile pass called from async code, or beside Playwright's sync API in the tests), where a
+    second loop cannot start."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(ask)
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(anyio.run, ask).result()
