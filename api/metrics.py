@@ -3,7 +3,7 @@
 Access with DEBUG off (production): the bearer token RECKON_METRICS_TOKEN *and* a client address
 in RECKON_METRICS_ALLOW; with no token configured the endpoint stays closed (403 saying so) rather
 than stopping the whole web process. With DEBUG on, either one opens it. The client address is the
-one behind RECKON_TRUSTED_PROXIES (config.hardening.client_address). Reconciliation and approval
+one behind RECKON_TRUSTED_PROXIES (console.hardening.client_address). Reconciliation and approval
 families appear once those apps have their tables.
 """
 
@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from api.models import WorkerToken
-from config.hardening import client_address
+from console.hardening import client_address
 from ledger.gate import gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect

@@ -29,8 +29,8 @@ from ledger.actions import PullReconciler, get_action, reconciled_elsewhere
 from ledger.models import Job
 from ledger.services import claim_for_reconciliation, complete_pass, latest_attempt, latest_attempts
 from reconciliation.applying import Decision, apply_looks, waiting
+from reconciliation.findings import prefetch_reported
 from reconciliation.lookups import Look, Lookups, look_up
-from reconciliation.reconcilers import prefetch_reported
 
 log = logging.getLogger("reckon.reconciliation")
 

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Func
 
+from ledger import hooks
 from ledger.actions import declared_action, policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
@@ -349,15 +350,7 @@ def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), te
 def trigger_reconciliation() -> None:
     """Run a reconciliation pass soon after this commit (the schedule only fires each minute)."""
     if settings.RECKON_DISPATCH:
-        transaction.on_commit(_enqueue_reconciliation)
-
-
-def _enqueue_reconciliation() -> None:
-    from django_q.tasks import async_task
-
-    from reconciliation.tasks import reconcile_until_idle  # the task, above the ledger: loaded late
-
-    async_task(reconcile_until_idle, task_name="reconcile_until_idle")
+        transaction.on_commit(hooks.reconciliation_due)
 
 
 def _enqueue_run(job_id: str, **options) -> None:

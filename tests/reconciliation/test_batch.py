@@ -17,7 +17,8 @@ from ledger.tasks import run_job
 from reconciliation import decisions
 from reconciliation import passes as reconciliation
 from reconciliation.applying import apply_looks
-from reconciliation.lookups import Finding, Lookups
+from reconciliation.findings import Finding
+from reconciliation.lookups import Lookups
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 from sandbox.demo_actions import send_mail
 from sandbox.testing import free_port
