@@ -12,16 +12,16 @@ operator, the note) in the same transaction as the change.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import when
 from ledger.services import Batch, LedgerError, identity_mismatch, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 from reconciliation import resolution
@@ -76,25 +76,6 @@ DID = {
     EventKind.SUCCEEDED: "recorded this job's success",
     EventKind.FAILED: "recorded this job's failure",
 }
-
-
-def ago(delta: timedelta) -> str:
-    """How long ago, as people say it: "just now", "1 minute ago", "3 hours ago"."""
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 45:
-        return "just now"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size or unit == "minute":
-            amount = max(1, round(seconds / size)) if unit == "minute" else seconds // size
-            return f"{amount} {unit}{'s' if amount != 1 else ''} ago"
-    return ""  # unreachable
-
-
-def when(at: datetime, now: datetime) -> str:
-    """"14:02 (2 minutes ago)", in the console's time zone (with the date when not today)."""
-    local, today = timezone.localtime(at), timezone.localtime(now).date()
-    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
-    return f"{shown} ({ago(now - at)})"
 
 
 def stale_message(event: LedgerEvent, now: datetime) -> str:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from console.access import TenantFence, fence_of
+from ledger import moments
 
 register = template.Library()
 
@@ -22,18 +23,7 @@ def tenant_fence(user) -> TenantFence:
 
 @register.filter
 def ago(value: datetime | None, now: datetime | None = None) -> str:
-    if value is None:
-        return ""
-    seconds = int(((now or timezone.now()) - value).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 45:
-        return "just now" if not future else "in a few seconds"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size or unit == "min":
-            amount = max(1, round(seconds / size)) if unit == "min" else seconds // size
-            return f"in {amount} {unit}" if future else f"{amount} {unit} ago"
-    return ""  # unreachable
+    return "" if value is None else moments.ago((now or timezone.now()) - value, short=True)
 
 
 @register.filter
