@@ -138,16 +138,8 @@ def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
         job, request, attempt = _pending(request_id)
         _four_eyes(job, request, user, "decide it; withdraw it instead")
         _set_decision(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.CANCELLED,
-            ActorType.APPROVER,
-            user.get_username(),
-            EventKind.APPROVAL_REJECTED,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_REJECTED, job_status=JobStatus.CANCELLED,
+               actor_type=ActorType.APPROVER, actor=user.get_username(), note=note)
     return request
 
 
@@ -157,16 +149,8 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
         _set_decision(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.NEEDS_OPERATOR,
-            ActorType.OPERATOR,
-            user.get_username(),
-            EventKind.APPROVAL_WITHDRAWN,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_WITHDRAWN, job_status=JobStatus.NEEDS_OPERATOR,
+               actor_type=ActorType.OPERATOR, actor=user.get_username(), note=note)
     return request
 
 
@@ -188,16 +172,8 @@ def expire_due_approvals(*, actor: str = "approval-expiry") -> int:
                 continue
             note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
             _set_decision(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
-            _close(
-                job,
-                attempt,
-                JobStatus.NEEDS_OPERATOR,
-                ActorType.SYSTEM,
-                actor,
-                EventKind.APPROVAL_EXPIRED,
-                note,
-                request,
-            )
+            _close(job, attempt, request, kind=EventKind.APPROVAL_EXPIRED, job_status=JobStatus.NEEDS_OPERATOR,
+                   actor_type=ActorType.SYSTEM, actor=actor, note=note)
             expired += 1
     return expired
 
@@ -264,12 +240,12 @@ def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at)
     request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
 
 
-def _close(job, attempt, status, actor_type, actor, kind, note, request) -> None:
+def _close(job, attempt, request: ApprovalRequest, *, kind: str, job_status: str, actor_type: str, actor: str,
+           note: str) -> None:
+    """The job leaves awaiting_approval with the request's decision (its event names the request)."""
     with Batch() as batch:
-        batch.transition(
-            job, attempt, actor_type=actor_type, actor=actor, kind=kind, job_status=status, note=note,
-            evidence={"approval_request": request.pk},
-        )
+        batch.transition(job, attempt, kind=kind, job_status=job_status, actor_type=actor_type, actor=actor,
+                         note=note, evidence={"approval_request": request.pk})
 
 
 def _required_note(note, what: str) -> str:
