@@ -12,6 +12,7 @@ operator, the note) in the same transaction as the change.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import datetime
 
 from django.db import transaction
@@ -285,39 +286,21 @@ def _require_note(note) -> None:
         raise DecisionRefused("a note is required: say why, for the audit trail")
 
 
-class _deciding:
+@contextmanager
+def _deciding(decision: str, job_id: str, version: int, user, note: str):
     """Lock the job, refuse stale or disallowed decisions, hold one transaction open, and write
-    the decision's batch when the block ends."""
-
-    def __init__(self, decision: str, job_id: str, version: int, user, note: str):
-        _require_note(note)
-        self.decision, self.job_id, self.version, self.note = decision, job_id, version, note.strip()
-        self.user = user
-        self.atomic = transaction.atomic()
-        self.batch = Batch()
-
-    def __enter__(self):
-        self.atomic.__enter__()
-        try:
-            job = lock_job(job_id=self.job_id)
-            attempt = latest_attempt(job)
-            if attempt.version != self.version:
-                # The latest change of state (a hold or a signal changes none, so it is skipped).
-                last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
-                raise StaleDecision(stale_message(last, job.db_now), event=last)
-            why = _why_not(self.decision, job, attempt)
-            if why:
-                raise DecisionRefused(f"{self.decision.replace('_', ' ')} refused: {why}")
-        except BaseException as exc:
-            self.atomic.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self.batch, job, attempt, self.note
-
-    def __exit__(self, *exc):
-        try:
-            if exc[0] is None:
-                self.batch.flush()
-        except BaseException as error:
-            self.atomic.__exit__(type(error), error, error.__traceback__)
-            raise
-        return self.atomic.__exit__(*exc)
+    the decision's batch when the block ends (nothing, if it raises)."""
+    _require_note(note)
+    with transaction.atomic():
+        job = lock_job(job_id=job_id)
+        attempt = latest_attempt(job)
+        if attempt.version != version:
+            # The latest change of state (a hold or a signal changes none, so it is skipped).
+            last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
+            raise StaleDecision(stale_message(last, job.db_now), event=last)
+        why = _why_not(decision, job, attempt)
+        if why:
+            raise DecisionRefused(f"{decision.replace('_', ' ')} refused: {why}")
+        batch = Batch()
+        yield batch, job, attempt, note.strip()
+        batch.flush()
