@@ -35,18 +35,6 @@ from reconciliation.lookups import Look, Lookups, look_up
 log = logging.getLogger("reckon.reconciliation")
 
 
-def reconcile_due_jobs(*, limit: int | None = None, concurrency: int | None = None) -> list[Decision]:
-    """One batch: claim due jobs, look them up, apply the outcomes (in one transaction)."""
-    jobs = claim_for_reconciliation(limit=limit or settings.RECKON_RECONCILE_BATCH,
-                                    exclude_actions=reconciled_elsewhere())
-    if not jobs:
-        return []
-    with Lookups(concurrency, background=False) as pool:  # nothing to overlap with: no thread for one
-        early, looking = _start_lookups(pool, jobs)
-        decided = {decision.job_id: decision for decision in early + _apply_done(looking)}
-    return [decided[job.job_id] for job in jobs if job.job_id in decided]
-
-
 def reconcile_until_idle(
     *, limit: int | None = None, budget_s: float | None = None, concurrency: int | None = None
 ) -> list[Decision]:

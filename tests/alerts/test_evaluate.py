@@ -18,7 +18,7 @@ from chaos.world import wait_until
 from ledger.gate import record_pass
 from ledger.models import Job
 from reconciliation import decisions
-from reconciliation.passes import reconcile_due_jobs
+from reconciliation.passes import reconcile_until_idle
 from tests.alerts.conftest import Receiver
 from tests.console.conftest import latest_version, make_operator_job, make_unknown_job, with_tenants
 from tests.reconciliation.helpers import MAIL, send_message, unknown_job
@@ -80,7 +80,7 @@ def test_the_link_shows_the_jobs_the_alert_is_about(channels, settings, client, 
 def test_a_conflict_answer_alerts_until_a_person_resolves_it(channels, provider, operator):
     unknown_job("m1", "mail.send", MAIL)
     send_message(provider, "mail.send:m1", {**MAIL, "subject": "Wrong"})
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "escalated"
 
     [fired] = evaluate_alerts()
