@@ -124,7 +124,7 @@ def test_the_providers_answer_is_a_sentence_with_the_json_behind_a_toggle(client
     html = client.get("/jobs/inv-1/").content.decode()
     assert f'data-evidence-summary>billing: invoice {invoice["id"]} found by idempotency key<' in html
     assert "<details><summary>Raw answer (JSON)</summary><pre class=\"evidence\" tabindex=\"0\" role=\"region\"" in html
-    assert 'title="reconciliation.reconcilers.invoice" data-reconciler>billing.create_invoice lookup<' in html
+    assert 'title="sandbox.reconcilers.invoice" data-reconciler>billing.create_invoice lookup<' in html
     assert f"<summary>billing: invoice {invoice['id']} found by idempotency key</summary>" in html  # the timeline
 
 

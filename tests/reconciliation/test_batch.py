@@ -50,7 +50,7 @@ def unserialisable_reconciler(job, attempt):
 @pytest.fixture
 def test_actions(provider):
     names = {
-        "test.irreversible_mail": dict(reversible=False, reconciler="reconciliation.reconcilers.mail"),
+        "test.irreversible_mail": dict(reversible=False, reconciler="sandbox.reconcilers.mail"),
         "test.meeting": dict(reconciler="tests.reconciliation.test_batch.meeting_reconciler"),
         "test.pair": dict(reconciler="tests.reconciliation.test_batch.pair_reconciler"),
         "test.unserialisable": dict(reconciler="tests.reconciliation.test_batch.unserialisable_reconciler"),

@@ -38,7 +38,7 @@ def irreversible_mail(provider):
             executor=send_mail,
             reversible=False,
             queryable=True,
-            reconciler="reconciliation.reconcilers.mail",
+            reconciler="sandbox.reconcilers.mail",
             lease_ttl=timedelta(seconds=30),
         )
     )

@@ -1,4 +1,5 @@
-"""Reconcilers: look an effect up at the provider, by key or by marker, and say what we saw.
+"""The demo's reconcilers (sandbox/demo_actions.py): look an effect up at the sandbox's providers,
+by key or by marker, and say what we saw.
 
 Each takes the job and the attempt in question and returns a `Finding`. Only a lookup that
 proves absence may say `not_found`, and it says why replay is safe; an error, a 5xx or a
