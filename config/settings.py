@@ -166,9 +166,10 @@ elif not DEBUG and not _EMBEDDED_DB:
         "allows it anyway)."
     )
 else:
-    from config.localdb import ensure_cluster
+    from config.localdb import connection_settings
 
-    _database = ensure_cluster()
+    # Nothing starts here: the embedded backend starts the cluster on the first connection.
+    _database = {"ENGINE": "config.embedded_db", **connection_settings()}
 
 DATABASES = {
     "default": {
