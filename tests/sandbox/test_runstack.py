@@ -115,7 +115,8 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_data
         assert stack.process.wait(timeout=60) == 0
         wait_for(lambda: not any(_alive(pid) for pid in children), timeout=15,
                  message="every child to exit")
-        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped smtp",
+        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped watchdog", "stopped sandbox",
+                     "stopped smtp",
                      "stopped workload", "stopped gateway", "stopped the embedded PostgreSQL"):
             assert name in stack.output()
         assert not _alive(postmaster) and not scratch_cluster.running()
@@ -174,7 +175,7 @@ def test_ctrl_c_leaves_the_embedded_database_running_while_another_process_uses_
              "from django.db import connection; connection.ensure_connection(); print('connected', flush=True); "
              "import sys; sys.stdin.read(); connection.cursor().execute('SELECT 1'); print('still connected')"],
             cwd=ROOT, env=user_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert user.stdout.readline().strip() == "connected"
+        wait_for(lambda: user.stdout.readline().strip() == "connected", timeout=60, message="the other process")
 
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(timeout=60) == 0
