@@ -171,3 +171,13 @@ class AuditFilterForm(forms.Form):
             before=data.get("before") or "",
             size=data.get("size") or 100,
         )
+
+
+SILENCE_HOURS = [(1, "1 hour"), (4, "4 hours"), (24, "24 hours")]
+
+
+class AlertActionForm(forms.Form):
+    action = forms.ChoiceField(choices=[("acknowledge", "Acknowledge"), ("silence", "Silence")])
+    note = NoteField()
+    # The menu's lengths; the service refuses anything beyond RECKON_ALERT_SILENCE_MAX_H.
+    hours = forms.FloatField(label="For", required=False, min_value=0, widget=forms.Select(choices=SILENCE_HOURS))
