@@ -141,3 +141,14 @@ def test_the_overview_says_what_fires_and_links_the_alerts_page(channels, settin
     client.force_login(with_tenants(operator))
     page = client.get("/").content.decode()
     assert re.search(r'<a href="/alerts/">1 alert firing</a>: Unknown work older than its bound', page)
+
+
+def test_the_alerts_parts_of_unknown_work_are_the_queues_tabs():
+    """alerts cannot import the console (a layer below it): its copy of the tabs is checked here."""
+    from alerts.conditions import UNKNOWN_PARTS
+    from console.selectors.queue import TABS
+    from ledger.states import UNKNOWN_WORK
+
+    assert {tab: set(statuses) for _, tab, statuses in UNKNOWN_PARTS} == {
+        tab: set(statuses) for tab, (_, statuses) in TABS.items()}
+    assert {s for _, _, statuses in UNKNOWN_PARTS for s in statuses} == set(UNKNOWN_WORK)
