@@ -426,6 +426,15 @@ def ensure_cluster() -> dict:
     return settings
 
 
+def password_for(host: str, port: str | int) -> str | None:
+    """The password for a connection to `host`:`port` when that is the default cluster (started, on
+    the first call, if it is not running); None for any other server (a harness's own cluster)."""
+    cluster = _ensured or default_cluster()
+    if host != "127.0.0.1" or str(port) != str(cluster.port):
+        return None
+    return ensure_cluster()["PASSWORD"]
+
+
 def stop_unless_used() -> list[int]:
     """Stop the default cluster if this process started it and no other process uses it; the pids
     of the processes that use it (nothing was stopped) otherwise."""

@@ -11,5 +11,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict:
         # A fresh clone has no password until the cluster is made: fill it in (Django and the
         # claims listener read it from this dict).
-        self.settings_dict["PASSWORD"] = localdb.ensure_cluster()["PASSWORD"]
+        # A harness that points this connection at a cluster of its own (chaos/world.py) keeps its own.
+        password = localdb.password_for(self.settings_dict["HOST"], self.settings_dict["PORT"])
+        if password is not None:
+            self.settings_dict["PASSWORD"] = password
         return super().get_connection_params()

@@ -229,3 +229,11 @@ def test_a_cluster_in_use_by_another_process_is_not_stopped(scratch_folder):
         holder.stdin.close()  # the holder reads to the end and exits: the kernel drops its lock
         holder.wait(timeout=30)
     assert cluster.stop_unless_used() == [] and not cluster.running()
+
+
+def test_a_connection_pointed_at_another_cluster_keeps_its_own_password():
+    """chaos/world.py points this process's connection at a cluster of its own: the embedded
+    backend neither starts the default cluster for it nor replaces its password."""
+    assert localdb.password_for("127.0.0.1", free_port()) is None
+    assert localdb.password_for("db.internal", localdb.default_cluster().port) is None
+    assert localdb.password_for("127.0.0.1", localdb.default_cluster().port) == localdb.default_cluster().password()
