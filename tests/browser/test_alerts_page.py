@@ -22,6 +22,9 @@ def test_an_operator_acknowledges_and_silences_a_firing_alert(live_server, brows
     make_unknown_job("inv-1")
     evaluate_alerts()  # recorded without a channel: the page shows it
     page = log_in(browser, with_tenants(operator))
+    for width in (1400, 390):  # the overview's line about what fires
+        page.set_viewport_size({"width": width, "height": 900})
+        assert_no_serious_violations(page, f"overview-alerts-firing-{width}")
     page.get_by_role("link", name="1 alert firing").click()
     expect(page.get_by_role("heading", name="Unknown work older than its bound")).to_be_visible()
     expect(page.locator("[data-firing-since]")).to_contain_text(re.compile(r"\d\d:\d\d:\d\d"))
