@@ -166,9 +166,10 @@ elif not DEBUG and not _EMBEDDED_DB:
         "allows it anyway)."
     )
 else:
-    from config.localdb import ensure_cluster
+    from config.localdb import connection_settings
 
-    _database = ensure_cluster()
+    # Nothing starts here: the embedded backend starts the cluster on the first connection.
+    _database = {"ENGINE": "config.embedded_db", **connection_settings()}
 
 DATABASES = {
     "default": {
@@ -386,6 +387,8 @@ RECKON_ALERT_EMAIL_FROM = setting("RECKON_ALERT_EMAIL_FROM", "reckon@localhost",
 RECKON_CONSOLE_URL = setting("RECKON_CONSOLE_URL", "", Url, "The console's address as people reach it, for the links alerts carry (unset: paths only).", group=ALERTS, example="https://reckon.example.com")
 RECKON_ALERT_UNKNOWN_AGE_S = setting("RECKON_ALERT_UNKNOWN_AGE_S", 3600.0, Float, "Alert when the oldest unknown job is older than this many seconds.", group=ALERTS)
 RECKON_ALERT_APPROVAL_WAIT_S = setting("RECKON_ALERT_APPROVAL_WAIT_S", 3600.0, Float, "Alert when an approval request has waited longer than this many seconds.", group=ALERTS)
+RECKON_WATCHDOG_INTERVAL = setting("RECKON_WATCHDOG_INTERVAL", 15.0, Float, "Seconds between passes of `watchdog --loop`, the process that evaluates the alert conditions (a process of its own: it still runs when the qcluster, sweeper and reconciler stop).", group=ALERTS)
+RECKON_ALERT_SILENCE_MAX_H = setting("RECKON_ALERT_SILENCE_MAX_H", 24.0, Float, "The longest an operator may silence an alert on the console's alerts page (hours).", group=ALERTS)
 EMAIL_HOST = setting("RECKON_EMAIL_HOST", "localhost", Str, "The SMTP server Django's mail backend sends alert emails through.", group=ALERTS)
 EMAIL_PORT = setting("RECKON_EMAIL_PORT", 25, Int, "Its port.", group=ALERTS)
 # An evaluation holds its alert row locked while it sends; with the webhook's 5 s, four conditions

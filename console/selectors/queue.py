@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from alerts.conditions import bound_text
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from console.selectors.triage import attach_triage
@@ -39,6 +40,7 @@ class QueueFilter:
     action: str = ""
     tenant: str = ""
     older_than: int | None = None  # minutes
+    older_than_s: float | None = None  # seconds: an alert's bound, exactly
     search: str = ""
     newest_first: bool = False
     after: str = ""
@@ -47,7 +49,12 @@ class QueueFilter:
     @property
     def narrowed(self) -> bool:
         """Whether anything beyond the tab narrows the list (an empty list then says no job matches)."""
-        return bool(self.status or self.action or self.tenant or self.older_than or self.search)
+        return bool(self.status or self.action or self.tenant or self.older_than or self.older_than_s
+                    or self.search)
+
+    @property
+    def older_than_s_text(self) -> str:
+        return bound_text(self.older_than_s) if self.older_than_s else ""
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -79,6 +86,8 @@ def filtered_jobs(spec: QueueFilter, fence: TenantFence):
         jobs = jobs.filter(tenant__iexact=spec.tenant)
     if spec.older_than:
         jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
+    if spec.older_than_s:
+        jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(seconds=spec.older_than_s))
     if spec.search:
         # The start of an id or key, in any case, as people type it (the marker our providers
         # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.

@@ -13,7 +13,7 @@ from ledger.services import LedgerError
 from reconciliation import decisions
 
 QUEUE_CHANGED = "queue-changed"
-FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "q", "sort", "size")
+FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "older_than_s", "q", "sort", "size")
 
 
 @require_GET
