@@ -67,7 +67,7 @@ def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
     return {status.value: counts.get(status.value, 0) for status in UNKNOWN_WORK}
 
 
-def queue_counts(fence: TenantFence) -> dict[str, int]:
+def queue_status_counts(fence: TenantFence) -> dict[str, int]:
     """Jobs per status of every tab (the unknown work, then failed jobs not yet closed)."""
     counts = fence.jobs(Job.objects.filter(status__in=QUEUED_STATUSES)).counts_by_status()
     return {status.value: counts.get(status.value, 0) for status in (*UNKNOWN_WORK, *FAILED)}

@@ -8,7 +8,7 @@ from django_htmx.http import trigger_client_event
 from console.access import OPERATORS, READERS, TenantFence, fence_of, has_role, role_required
 from console.forms import BulkDecisionForm, BulkRunForm, QueueFilterForm
 from console.job_ids import is_valid_job_id
-from console.selectors.queue import TABS, filtered_jobs, queue_counts, queue_jobs, tab_counts
+from console.selectors.queue import TABS, filtered_jobs, queue_jobs, queue_status_counts, tab_counts
 from ledger.services import LedgerError
 from reconciliation import decisions
 from reconciliation.registry import REGISTRY, bulk_decisions
@@ -132,7 +132,7 @@ def _queue_url(params: QueryDict, *, after: str = "") -> str:
 
 
 def _counts_context(current_tab: str, fence: TenantFence) -> dict:
-    counts = queue_counts(fence)
+    counts = queue_status_counts(fence)
     per_tab = tab_counts(counts)
     return {
         "counts": counts,
