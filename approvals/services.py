@@ -127,6 +127,8 @@ def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
                 actor=user.get_username(),
                 actor_type=ActorType.APPROVER,
                 note=f"replay approved by {user.get_username()}: {note}",
+                # An operator's retry of a failed job asks for one attempt beyond the policy's number.
+                one_more="retry_of_failed_job" in request.evidence,
             )
     return request
 

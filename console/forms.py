@@ -8,18 +8,10 @@ from console.job_ids import reject_control_characters
 from console.selectors.audit import AuditFilter
 from console.selectors.queue import TABS, QueueFilter
 from ledger.actions import registered_actions
+from reconciliation.registry import APPROVAL_DECISIONS, JOB_DECISIONS, bulk_decisions
 
-DECISION_LABELS = {
-    "recheck_identity": "Re-check identity",
-    "replay_blocked": "Replay",
-    "confirm_effect": "Confirm effect",
-    "mark_not_found": "Mark not found",
-    "escalate": "Escalate",
-    "retry_reconciliation": "Retry reconciliation",
-    "request_approval": "Ask for approval again",
-    "cancel_job": "Cancel job",
-}
-BULK_DECISIONS = ("retry_reconciliation", "cancel_job")
+# A corrected payload typed into the job page: as large as the API lets a payload be enqueued.
+PAYLOAD_MAX_CHARS = 64 * 1024
 AGES = [("", "any age"), ("5", "older than 5 min"), ("60", "older than 1 h"), ("1440", "older than 1 day")]
 PAGE_SIZES = [(50, "50"), (100, "100"), (200, "200"), (500, "500")]
 
@@ -94,10 +86,16 @@ class SearchForm(forms.Form):
         return (self.cleaned_data.get("q") or "").strip() if self.is_valid() else ""
 
 
+def _choices(decisions) -> list[tuple[str, str]]:
+    return [(decision.name, decision.label) for decision in decisions]
+
+
 class DecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
+    decision = forms.ChoiceField(choices=_choices(JOB_DECISIONS))
     version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     note = NoteField()
+    # For a decision that takes a corrected payload (JSON; the service validates it).
+    payload = forms.CharField(required=False, max_length=PAYLOAD_MAX_CHARS, strip=False)
     # The second, explicit step of a destructive decision (rendered by the server, no JS dialog).
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
     # Set once the person deciding has been told that someone else is on the job.
@@ -110,7 +108,7 @@ class HoldForm(forms.Form):
 
 
 class BulkDecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
@@ -131,14 +129,14 @@ class BulkDecisionForm(forms.Form):
 class BulkRunForm(forms.Form):
     """The bulk form with "every job matching this filter" ticked: no selection, the filter."""
 
-    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
     # Cancelling every matching job is confirmed on a page of its own first.
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class ApprovalDecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=[("approve", "Approve replay"), ("reject", "Reject")])
+    decision = forms.ChoiceField(choices=_choices(APPROVAL_DECISIONS))
     note = NoteField()
 
 

@@ -1,5 +1,7 @@
-"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel,
-and for a blocked attempt (its identity did not match, nothing was sent): re-check identity, replay.
+"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel;
+for a blocked attempt (its identity did not match, nothing was sent): re-check identity, replay;
+for a failed job (nothing was done): retry as is, retry with a corrected payload, close.
+Each is declared once, with its label, help, key and role, in `reconciliation.registry`.
 
 The rules they apply are the reconciler's (`reconciliation.resolution`); this module adds what a
 person's decision needs around them.
@@ -23,14 +25,16 @@ from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import when
-from ledger.services import Batch, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.services import Batch, InvalidJob, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.services.jobs import json_object
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
-from reconciliation import resolution
+from reconciliation import registry, resolution
 from reconciliation.models import ReconciliationCheck
 from reconciliation.resolution import By
 
 ESCALATABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.BLOCKED)
 RECONCILABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED)
+FOR_FAILED_JOBS = ("retry_failed", "retry_corrected", "close_failed")
 
 
 class DecisionRefused(LedgerError):
@@ -63,6 +67,8 @@ DID = {
     EventKind.OPERATOR_ESCALATED: "escalated this job",
     EventKind.OPERATOR_RETRIED_RECONCILIATION: "sent this job back to reconciliation",
     EventKind.OPERATOR_CANCELLED: "cancelled this job",
+    EventKind.OPERATOR_RETRIED_FAILED: "retried this failed job",
+    EventKind.OPERATOR_CLOSED_FAILED: "closed this failed job",
     EventKind.RECONCILED_CONFIRMED: "found the effect at the provider",
     EventKind.RECONCILED_NOT_FOUND: "found no effect at the provider",
     EventKind.RECONCILED_CONFLICT: "found conflicting effects and escalated this job",
@@ -97,6 +103,8 @@ def allowed_decisions(job: Job, attempt: Attempt | None = None) -> list[str]:
 def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     """None when `decision` is allowed; otherwise the reason it is not."""
     state = attempt.execution_state
+    if decision in FOR_FAILED_JOBS:
+        return _why_not_for_failed(decision, job, attempt)
     if job.status in FINISHED_JOB:
         return f"job {job.job_id} is already {job.status}"
     if decision == "mark_not_found" and not job.policy and declared_action(job.action) is None:
@@ -136,6 +144,24 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
             return f"action {job.action} cannot be queried at its provider; confirm or mark not found instead"
     if decision == "cancel_job" and (job.status == JobStatus.RUNNING or state == Execution.RUNNING):
         return "a running job cannot be cancelled; wait for its attempt to finish or its lease to expire"
+    return None
+
+
+def _why_not_for_failed(decision: str, job: Job, attempt: Attempt) -> str | None:
+    if job.status != JobStatus.FAILED or attempt.execution_state != Execution.FAILED:
+        return (f"only a failed job can be retried or closed; job is {job.status}, "
+                f"attempt {attempt.number} is {attempt.execution_state}")
+    if decision == "close_failed":
+        return None
+    # The invariant: no retry may create a new side effect while a previous attempt is unknown.
+    unknown = job.attempts.filter(execution_state=Execution.UNKNOWN).values_list("number", flat=True).first()
+    if unknown is not None:
+        return f"attempt {unknown} is unknown: no retry may run until it is reconciled"
+    if not job.policy and declared_action(job.action) is None:
+        return (f"action {job.action} is not declared in this deployment and the job predates policy "
+                "snapshots: whether a retry needs approval is unknown here")
+    if decision == "retry_corrected" and job.action.startswith("mcp:"):  # the gateway's tool calls
+        return "an agent's tool call runs with the arguments the agent sends: correct them in the agent's next call"
     return None
 
 
@@ -242,8 +268,40 @@ def request_approval(*, job_id: str, version: int, user, note: str) -> Attempt:
     return attempt
 
 
-# Every decision by name, in the order the console shows them.
-DECISIONS = {
+def retry_failed(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """One more attempt for a failed job, as it is, with the same key (an irreversible action asks
+    a second person first)."""
+    with _deciding("retry_failed", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.retry_failed(batch, job, attempt, by=By.person(user), note=note,
+                                approval_reason=f"{user.get_username()} retries a failed job: {note}")
+    return attempt
+
+
+def retry_corrected(*, job_id: str, version: int, user, note: str, payload=None) -> Attempt:
+    """One more attempt for a failed job with a corrected payload (a JSON object, or its text), same
+    key. A payload that is not a JSON object, or that changes nothing, is refused; nothing changes."""
+    try:
+        payload = json_object("the corrected payload", payload)
+    except InvalidJob as invalid:
+        raise DecisionRefused(f"retry with this payload refused: {invalid}") from None
+    with _deciding("retry_corrected", job_id, version, user, note) as (batch, job, attempt, note):
+        if payload == job.payload:
+            raise DecisionRefused("retry with this payload refused: the payload is unchanged; retry as is instead")
+        resolution.retry_failed(
+            batch, job, attempt, by=By.person(user), note=note, payload=payload,
+            approval_reason=f"{user.get_username()} retries a failed job with a corrected payload: {note}",
+        )
+    return attempt
+
+
+def close_failed(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """The failure stands: no more attempts, the job leaves the failed work."""
+    with _deciding("close_failed", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.close_failed(batch, job, attempt, by=By.person(user), note=note)
+    return attempt
+
+
+_SERVICES = {
     "recheck_identity": recheck_identity,
     "replay_blocked": replay_blocked,
     "confirm_effect": confirm_effect,
@@ -251,21 +309,27 @@ DECISIONS = {
     "escalate": escalate,
     "retry_reconciliation": retry_reconciliation,
     "request_approval": request_approval,
+    "retry_failed": retry_failed,
+    "retry_corrected": retry_corrected,
+    "close_failed": close_failed,
     "cancel_job": cancel_job,
 }
-# Decisions that end a job for good: the console asks for a second, explicit step.
-DESTRUCTIVE = ("cancel_job",)
+# Every decision by name, in the registry's order (the order the console shows them).
+DECISIONS = {decision.name: _SERVICES[decision.name] for decision in registry.JOB_DECISIONS}
 
 
-def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False) -> Attempt:
-    """The decision called `decision` (one of DECISIONS), as a form names it. On a job another
-    operator holds, it is refused (HeldDecision) unless `despite_holder`."""
+def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False,
+           payload=None) -> Attempt:
+    """The decision called `decision` (one of DECISIONS), as a form names it; `payload` is for a
+    decision that takes one (the registry's `takes_payload`). On a job another operator holds, it
+    is refused (HeldDecision) unless `despite_holder`."""
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
+    extra = {"payload": payload} if registry.REGISTRY[decision].takes_payload else {}
     with transaction.atomic():
         if not despite_holder:
             _refuse_if_held(job_id, version, user)
-        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
 
 
 def _refuse_if_held(job_id: str, version: int, user) -> None:
@@ -300,7 +364,7 @@ def _deciding(decision: str, job_id: str, version: int, user, note: str):
             raise StaleDecision(stale_message(last, job.db_now), event=last)
         why = _why_not(decision, job, attempt)
         if why:
-            raise DecisionRefused(f"{decision.replace('_', ' ')} refused: {why}")
+            raise DecisionRefused(f"{registry.REGISTRY[decision].label} refused: {why}")
         batch = Batch()
         yield batch, job, attempt, note.strip()
         batch.flush()

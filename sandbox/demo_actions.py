@@ -117,8 +117,15 @@ def observe_profile(job: Job) -> dict:
 
 @action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.post",
         observe_identity=observe_profile, sent_to=_provider_at("RECKON_PUBLISH_URL"),
-        check_by_hand="Log into the profile named in the job's identity binding and check which account it "
-                      "shows; fix the login if it is not the bound account, then re-check identity.")
+        check_by_hand=(
+            "Log into the profile named in the job's identity binding and check which account it shows; fix the "
+            "login if it is not the bound account, then re-check identity and replay.\n"
+            "In this demo the profiles live in the sandbox provider: log one into its bound account with\n"
+            f"curl -X PUT {settings.RECKON_PUBLISH_URL}/_admin/profiles/PROFILE -H 'Content-Type: application/json' "
+            "-d '{\"account\": \"ACCOUNT\"}'\n"
+            "(PROFILE and ACCOUNT as the identity binding names them). Then, on the queue's Blocked tab, filter by "
+            "this action, select every job matching the filter and re-check identity, then replay them the same way."
+        ))
 def publish_post(job: Job) -> Outcome:
     body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
     return _send(

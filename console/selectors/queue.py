@@ -1,6 +1,7 @@
-"""The unknown-work queue: jobs that a human or the reconciler must resolve, oldest first.
+"""The unknown-work queue: jobs that a human or the reconciler must resolve, oldest first; and
+failed jobs, which wait for a retry or to be closed.
 
-Every query here is bounded by the queue (the five unknown statuses) or by the page size,
+Every query here is bounded by the queue (the five unknown statuses, and failed) or by the page size,
 never by the job history: one COUNT grouped by status, one page of jobs, one query for the
 page's latest attempts, one for their latest telling events (the reason in each row).
 """
@@ -25,12 +26,17 @@ RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
 # have reached the provider, with decisions of their own.
 BLOCKED = (JobStatus.BLOCKED,)
 MAY_HAVE_SENT = (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)
+# Failed jobs did nothing (the provider refused, or every attempt was used): they wait for a retry
+# or to be closed, apart from the unknown work.
+FAILED = (JobStatus.FAILED,)
 
 TABS = {
     "human": ("Needs a human", MAY_HAVE_SENT),
     "blocked": ("Blocked, nothing sent", BLOCKED),
     "reconciling": ("Reconciling", RECONCILING),
+    "failed": ("Failed", FAILED),
 }
+QUEUED_STATUSES = tuple(status for _, statuses in TABS.values() for status in statuses)
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,15 @@ def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
     return {status.value: counts.get(status.value, 0) for status in UNKNOWN_WORK}
 
 
+def queue_status_counts(fence: TenantFence) -> dict[str, int]:
+    """Jobs per status of every tab (the unknown work, then failed jobs not yet closed)."""
+    counts = fence.jobs(Job.objects.filter(status__in=QUEUED_STATUSES)).counts_by_status()
+    return {status.value: counts.get(status.value, 0) for status in (*UNKNOWN_WORK, *FAILED)}
+
+
 def tab_counts(counts: dict[str, int]) -> dict[str, int]:
-    return {tab: sum(counts[s.value] for s in statuses) for tab, (_, statuses) in TABS.items()}
+    """Jobs per tab, from per-status `counts` (a tab whose statuses are not counted there: 0)."""
+    return {tab: sum(counts.get(s.value, 0) for s in statuses) for tab, (_, statuses) in TABS.items()}
 
 
 def oldest_unknown_at(fence: TenantFence) -> datetime | None:

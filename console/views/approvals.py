@@ -9,6 +9,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import APPROVERS, READERS, fence_of, has_role, role_required
 from console.forms import ApprovalDecisionForm
 from console.views.queue import QUEUE_CHANGED
+from reconciliation.registry import APPROVAL_DECISIONS, REGISTRY
 
 RECENTLY_DECIDED = 20
 
@@ -34,10 +35,7 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         except approval_services.ApprovalRefused as refused:
             notice = ("error", str(refused))
         else:
-            notice = (
-                "success",
-                f"Request {request_id}: {'replay approved' if decision == 'approve' else 'rejected'}.",
-            )
+            notice = ("success", f"Request {request_id}: {REGISTRY[decision].done}.")
     else:
         notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
     if not request.htmx:
@@ -67,6 +65,7 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
         # Expired requests apart: nobody decided them, and their jobs went back to the operators.
         "expired": list(requests.filter(status=ApprovalStatus.EXPIRED).order_by("-decided_at", "-id")[:RECENTLY_DECIDED]),
         "may_approve": may_approve,
+        "approval_decisions": APPROVAL_DECISIONS,
         "notice": notice,
         "notice_for": notice_for,
     }

@@ -209,15 +209,17 @@ class Batch:
         return attempt
 
     def open_next_attempt(
-        self, job: Job, previous: Attempt, *, actor: str, actor_type: str, note: str = "", dispatch: bool = True
+        self, job: Job, previous: Attempt, *, actor: str, actor_type: str, note: str = "", dispatch: bool = True,
+        one_more: bool = False,
     ) -> Attempt | None:
-        """Queue the next attempt with the same idempotency key, or fail the job when none is left.
+        """Queue the next attempt with the same idempotency key, or fail the job when none is left
+        (`one_more`: a person's decision grants this attempt beyond the policy's number).
 
         `previous` is already closed (no live attempt remains). The new attempt is dispatched
         to a worker as this transaction commits, unless the caller leases it itself.
         """
         max_attempts = policy_of(job).max_attempts
-        if previous.number >= max_attempts:
+        if previous.number >= max_attempts and not one_more:
             self.set_job_status(job, JobStatus.FAILED)
             self.record_unchanged(
                 job, previous, actor_type=actor_type, actor=actor, kind=EventKind.ATTEMPTS_EXHAUSTED,
