@@ -16,14 +16,22 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import Batch, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.services import (
+    Batch,
+    CommentRefused,
+    LedgerError,
+    comment_on_job,
+    identity_mismatch,
+    latest_attempt,
+    lock_job,
+)
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
+from ledger.times import shown_time
 from reconciliation import resolution
 from reconciliation.models import ReconciliationCheck
 from reconciliation.resolution import By
@@ -91,10 +99,8 @@ def ago(delta: timedelta) -> str:
 
 
 def when(at: datetime, now: datetime) -> str:
-    """"14:02 (2 minutes ago)", in the console's time zone (with the date when not today)."""
-    local, today = timezone.localtime(at), timezone.localtime(now).date()
-    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
-    return f"{shown} ({ago(now - at)})"
+    """"14:02:07 (2 minutes ago)", in the console's time zone (with the date when not today)."""
+    return f"{shown_time(at, now)} ({ago(now - at)})"
 
 
 def stale_message(event: LedgerEvent, now: datetime) -> str:
@@ -280,10 +286,20 @@ def decide(decision: str, *, job_id: str, version: int, user, note: str, despite
     operator holds, it is refused (HeldDecision) unless `despite_holder`."""
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
-    with transaction.atomic():
-        if not despite_holder:
-            _refuse_if_held(job_id, version, user)
-        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+    try:
+        with transaction.atomic():
+            if not despite_holder:
+                _refuse_if_held(job_id, version, user)
+            return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+    except StaleDecision as stale:
+        # The race loser saw something too: their note stays in the job's history as a comment.
+        try:
+            comment_on_job(job_id=job_id, author=user.get_username(), actor_type=ActorType.OPERATOR, text=note,
+                           evidence={"refused_decision": decision, "refused_because": str(stale)})
+        except CommentRefused as refused:
+            raise StaleDecision(f"{stale}. Your note was not kept: {refused}", event=stale.event) from stale
+        raise StaleDecision(f"{stale}. Your note is kept in the job's history as a comment.",
+                            event=stale.event) from stale
 
 
 def _refuse_if_held(job_id: str, version: int, user) -> None:

@@ -30,6 +30,7 @@ from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
 from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
+from ledger.times import kept_time
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
                 f"job is {job.status}"
                 if not live_lease
                 # Not naming the holder: the refused caller may be another token's worker.
-                else f"attempt {attempt.number} is leased until {attempt.lease_expires_at.isoformat()}"
+                else f"attempt {attempt.number} is leased until {kept_time(attempt.lease_expires_at)}"
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
             reason = "job_finished" if not live_lease else "live_lease"
