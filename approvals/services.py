@@ -16,6 +16,7 @@ from django.db import transaction
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
@@ -172,7 +173,7 @@ def expire_due_approvals(*, actor: str = "approval-expiry") -> int:
                 continue  # decided since we looked
             if request.expires_at > job.db_now:
                 continue
-            note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
+            note = f"approval request expired at {kept_time(request.expires_at)} without a decision"
             _set_decision(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
             _close(job, attempt, request, kind=EventKind.APPROVAL_EXPIRED, job_status=JobStatus.NEEDS_OPERATOR,
                    actor_type=ActorType.SYSTEM, actor=actor, note=note)
@@ -199,10 +200,10 @@ def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, Appr
     request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
     if request.status != ApprovalStatus.PENDING:
         who = f" by {request.decided_by.get_username()}" if request.decided_by_id else ""
-        when = f" at {request.decided_at.isoformat()}" if request.decided_at else ""
+        when = f" at {kept_time(request.decided_at)}" if request.decided_at else ""
         raise ApprovalRefused(f"approval request {request_id} is already {request.status}{who}{when}")
     if not allow_expired and request.expires_at <= job.db_now:
-        raise ApprovalRefused(f"approval request {request_id} expired at {request.expires_at.isoformat()}")
+        raise ApprovalRefused(f"approval request {request_id} expired at {kept_time(request.expires_at)}")
     attempt = latest_attempt(job)
     if attempt.pk != request.attempt_id or job.status != JobStatus.AWAITING_APPROVAL:
         raise ApprovalRefused(
@@ -228,12 +229,13 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
         return
     decided = (
         LedgerEvent.objects.filter(job=job, actor=name, actor_type__in=[ActorType.OPERATOR, ActorType.APPROVER])
+        .exclude(kind=EventKind.JOB_COMMENTED)  # a comment is not a decision
         .order_by("id").first()
     )
     if decided is not None:
         raise ApprovalRefused(
             f"four eyes: {name} already decided on job {job.job_id} ({decided.kind} at "
-            f"{decided.at.isoformat(timespec='seconds')}) and cannot {what}; another approver must decide"
+            f"{kept_time(decided.at)}) and cannot {what}; another approver must decide"
         )
 
 

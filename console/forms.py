@@ -66,7 +66,8 @@ class QueueFilterForm(forms.Form):
         data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
         return QueueFilter(
             tab=data.get("tab") or "human",
-            status=data.get("status") or "",
+            # A status the tab does not list is kept, so the queue says so instead of listing everything.
+            status=data.get("status") or str(self.data.get("status") or "")[:64],
             action=data.get("action") or "",
             tenant=(data.get("tenant") or "").strip(),
             older_than=data.get("older_than"),

@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 from django.views.decorators.cache import cache_control
 
 from console.job_ids import JobIdConverter
-from console.views import alerts, approvals, audit, bulk_runs, holds, jobs, overview, queue, search
+from console.views import alerts, approvals, audit, bulk_runs, comments, holds, jobs, overview, queue, search
 
 register_converter(JobIdConverter, "job_id")
 
@@ -16,9 +16,10 @@ urlpatterns = [
     path("queue/bulk/", queue.bulk_decide, name="queue_bulk"),
     path("queue/bulk-runs/<int:run_id>/", bulk_runs.bulk_run, name="bulk_run"),
     path("queue/bulk-runs/<int:run_id>/step/", bulk_runs.bulk_run_step, name="bulk_run_step"),
-    # decide/ and hold/ first: a job id may itself contain slashes.
+    # decide/, hold/ and comment/ first: a job id may itself contain slashes.
     path("jobs/<job_id:job_id>/decide/", jobs.decide, name="job_decide"),
     path("jobs/<job_id:job_id>/hold/", holds.hold, name="job_hold"),
+    path("jobs/<job_id:job_id>/comment/", comments.comment, name="job_comment"),
     path("jobs/<job_id:job_id>/", jobs.job_detail, name="job_detail"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/<int:request_id>/decide/", approvals.decide, name="approval_decide"),

@@ -1,4 +1,4 @@
-"""How a moment reads to people: "14:02 (2 minutes ago)" in a sentence, "12 min ago" in a table.
+"""How a moment reads to people: "14:02:07 (2 minutes ago)" in a sentence, "12 min ago" in a table.
 
 One wording for the console's timestamps and for the refusals that say who changed a job and when.
 """
@@ -28,7 +28,16 @@ def ago(delta: timedelta, *, short: bool = False) -> str:
 
 
 def when(at: datetime, now: datetime) -> str:
-    """"14:02 (2 minutes ago)", in the console's time zone (with the date when not today)."""
-    local, today = timezone.localtime(at), timezone.localtime(now).date()
-    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
-    return f"{shown} ({ago(now - at)})"
+    """"14:02:07 (2 minutes ago)", in the console's time zone (with the date when not today)."""
+    return f"{shown_time(at, now)} ({ago(now - at)})"
+
+
+def shown_time(at: datetime, now: datetime | None = None) -> str:
+    """"14:02:07" today, "2026-11-30 14:02:07" on another day (in the console's time zone)."""
+    local, today = timezone.localtime(at), timezone.localtime(now or timezone.now()).date()
+    return local.strftime("%H:%M:%S") if local.date() == today else local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def kept_time(at: datetime) -> str:
+    """For text that stays (a note, a message read later): "2026-12-01 14:02:07 UTC"."""
+    return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -25,7 +25,16 @@ from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import when
-from ledger.services import Batch, InvalidJob, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.services import (
+    Batch,
+    CommentRefused,
+    InvalidJob,
+    LedgerError,
+    comment_on_job,
+    identity_mismatch,
+    latest_attempt,
+    lock_job,
+)
 from ledger.services.jobs import json_object
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 from reconciliation import registry, resolution
@@ -326,10 +335,20 @@ def decide(decision: str, *, job_id: str, version: int, user, note: str, despite
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
     extra = {"payload": payload} if registry.REGISTRY[decision].takes_payload else {}
-    with transaction.atomic():
-        if not despite_holder:
-            _refuse_if_held(job_id, version, user)
-        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
+    try:
+        with transaction.atomic():
+            if not despite_holder:
+                _refuse_if_held(job_id, version, user)
+            return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
+    except StaleDecision as stale:
+        # The race loser saw something too: their note stays in the job's history as a comment.
+        try:
+            comment_on_job(job_id=job_id, author=user.get_username(), actor_type=ActorType.OPERATOR, text=note,
+                           evidence={"refused_decision": decision, "refused_because": str(stale)})
+        except CommentRefused as refused:
+            raise StaleDecision(f"{stale}. Your note was not kept: {refused}", event=stale.event) from stale
+        raise StaleDecision(f"{stale}. Your note is kept in the job's history as a comment.",
+                            event=stale.event) from stale
 
 
 def _refuse_if_held(job_id: str, version: int, user) -> None:

@@ -64,8 +64,20 @@ class QueueFilter:
 
     @property
     def statuses(self) -> tuple[str, ...]:
+        """The statuses listed: the tab's, or the one asked for; none for a status not in the tab."""
         allowed = TABS[self.tab][1]
-        return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
+        if not self.status:
+            return tuple(s.value for s in allowed)
+        return (self.status,) if self.status in allowed else ()
+
+    @property
+    def unknown_status(self) -> bool:
+        """A status was asked for (a link, a typed URL) that the tab does not list."""
+        return bool(self.status) and self.status not in TABS[self.tab][1]
+
+    @property
+    def tab_statuses(self) -> list[str]:
+        return [s.value for s in TABS[self.tab][1]]
 
 
 def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
@@ -146,6 +158,11 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     attach_latest_attempts(page.rows)
     attach_triage(page.rows)
     return page
+
+
+def queue_tab_of(job: Job) -> str:
+    """The queue tab the job is listed in (the first tab, once it left the queue)."""
+    return next((key for key, (_, statuses) in TABS.items() if job.status in statuses), next(iter(TABS)))
 
 
 def next_in_queue(job: Job, fence: TenantFence) -> Job | None:
