@@ -1,6 +1,10 @@
 """The embedded PostgreSQL: a private cluster in an ignored folder of the checkout.
 
-Used when DATABASE_URL is not set, with RECKON_DEBUG=true (or RECKON_EMBEDDED_DB=true).
+Used when DATABASE_URL is not set, with RECKON_DEBUG=true (or RECKON_EMBEDDED_DB=true). The
+settings only read where it is (`connection_settings()`, no process started on import); the first
+connection a process opens starts it (config/embedded_db) and makes the process one of its users (a
+shared lock on `<cluster>/.users`), so `make run` stops a cluster it started only when nobody else
+uses it (`stop_unless_used()`).
 `ensure_cluster()` is idempotent and cheap when the cluster is already up (a pid-file read, a look
 at pg_hba.conf and the password file, one TCP connect), and safe to call from several processes
 at once (a file lock serialises initdb, start and upgrade).
