@@ -135,7 +135,10 @@ def test_a_decision_on_a_job_that_moved_on_is_refused_as_stale(operator, db):
     before = _ledger("f1")
     with pytest.raises(decisions.StaleDecision, match="otto closed this failed job"):
         decisions.decide("retry_failed", job_id="f1", version=version, user=operator, note="try again")
-    assert _ledger("f1") == before
+    status, payload, attempts, events = _ledger("f1")
+    # Nothing changed state; the loser's note is kept as a comment, the one event added.
+    assert (status, payload, attempts, events) == (*before[:3], before[3] + 1)
+    assert LedgerEvent.objects.filter(job__job_id="f1").latest("id").kind == "job_commented"
 
 
 def test_no_retry_while_an_earlier_attempt_is_unknown(operator):
