@@ -135,7 +135,7 @@ def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: in
         for round_ in range(rounds):
             for side in ("with", "without") if round_ % 2 == 0 else ("without", "with"):
                 _search_indexes(definitions, present=side == "with")
-                prefix = f"trgm{round_}{side[0]}"
+                prefix = f"trgm{round_}{'y' if side == 'with' else 'n'}"
                 per_worker = int(seconds * 1500) + 50
                 job_ids = pending_jobs(count=per_worker * workers, prefix=prefix)
                 wal = _wal_bytes()
