@@ -135,6 +135,10 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
         if superuser and events >= max(REBUILD_FROM, first_ids["ledger_ledgerevent"]):
             rebuild = _drop_plain_indexes(cursor)
         _stream(cursor.cursor, iter(histories))
+        if superuser:  # the jobs' search text, which the skipped trigger writes otherwise (ledger.JobSearchText)
+            cursor.execute("INSERT INTO ledger_jobsearchtext (job_id, tenant, text) SELECT id, tenant, "
+                           "job_id || ' ' || idempotency_key || ' ' || payload::text FROM ledger_job WHERE id >= %s",
+                           [first_ids["ledger_job"]])
         phase("copy")
         for table, _ in TABLES:
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "  # nosec B608  # table names from this module's TABLES constant
@@ -153,12 +157,12 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
     phase("checks+commit")
     with connection.cursor() as cursor:
         if connection.in_atomic_block:  # a caller's transaction (tests): VACUUM cannot run in one
-            cursor.execute("ANALYZE ledger_job, ledger_attempt, ledger_ledgerevent")
+            cursor.execute("ANALYZE ledger_job, ledger_attempt, ledger_ledgerevent, ledger_jobsearchtext")
             phase("analyze")
         else:
             # What autovacuum would soon do anyway (while a benchmark measures): the visibility map
             # and hint bits of a table that has settled, as a long-lived ledger's has.
-            cursor.execute("VACUUM (ANALYZE) ledger_job, ledger_attempt, ledger_ledgerevent")
+            cursor.execute("VACUUM (ANALYZE) ledger_job, ledger_attempt, ledger_ledgerevent, ledger_jobsearchtext")
             phase("vacuum")
     return phases
 
@@ -191,9 +195,11 @@ def _stream(cursor, histories: Iterator[tuple[tuple, list[tuple], list[tuple]]])
 
 
 def _drop_plain_indexes(cursor) -> list[str]:
-    """Drop the three tables' indexes that back no constraint; their CREATE INDEX statements."""
+    """Drop the indexes that back no constraint of the three tables and the jobs' search text;
+    their CREATE INDEX statements."""
     cursor.execute("SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index "
-                   "WHERE indrelid = ANY (ARRAY['ledger_job', 'ledger_attempt', 'ledger_ledgerevent']::regclass[]) "
+                   "WHERE indrelid = ANY (ARRAY['ledger_job', 'ledger_attempt', 'ledger_ledgerevent', "
+                   "'ledger_jobsearchtext']::regclass[]) "
                    "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = indexrelid) "
                    "ORDER BY indexrelid")
     indexes = cursor.fetchall()

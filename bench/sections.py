@@ -101,11 +101,17 @@ def _wal_bytes() -> int:
         return cursor.fetchone()[0]
 
 
+SEARCH_TRIGGERS = ("reckon_job_search_text_insert", "reckon_job_search_text_update")
+
+
 def _search_indexes(definitions: dict[str, str], *, present: bool) -> None:
+    """The search's indexes, and the trigger that writes each job's search text, on or off."""
     with connection.cursor() as cursor:
         for name, definition in definitions.items():
             cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1) if present
                            else f"DROP INDEX IF EXISTS {name}")
+        for trigger in SEARCH_TRIGGERS:
+            cursor.execute(f"ALTER TABLE ledger_job {'ENABLE' if present else 'DISABLE'} TRIGGER {trigger}")
         cursor.execute("CHECKPOINT")  # each side starts from a checkpoint: full-page images alike
 
 
@@ -121,8 +127,9 @@ def _enqueues(count: int, prefix: str) -> float:
 
 def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: int = 4) -> list[dict]:
     """The ledger cycle (claim -> begin -> success, `workers` processes) and enqueue_job, with the
-    search's trigram indexes and without them, in alternating rounds: the rate of each and the WAL
-    it wrote per job (pg_current_wal_lsn before and after; the bench's cluster has no other writer)."""
+    search's trigram indexes (and the trigger writing each job's search text) and without them, in
+    alternating rounds: the rate of each and the WAL it wrote per job (pg_current_wal_lsn before
+    and after; the bench's cluster has no other writer)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index "
                        "WHERE indexrelid::regclass::text = ANY(%s)", [list(SEARCH_INDEXES)])

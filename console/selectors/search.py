@@ -2,15 +2,15 @@
 email address, a customer), or a provider's answer (an invoice id, a Message-ID, an error).
 
 Three characters or more are looked for anywhere, in any case (`ILIKE '%…%'`), in each job's
-id, key and payload (the GIN trigram index job_search_text) and in the answers its attempts
-recorded (attempt_search_answer), newest job first, a page at a time (keyset on the job's primary
-key, never an OFFSET). Each side takes one page past the cursor in its own index's plan and the
+id, key and payload (ledger.JobSearchText, kept by a trigger; its GIN trigram index
+job_search_text) and in the answers its attempts recorded (attempt_search_answer), newest job
+first, a page at a time (keyset on the job's primary key, never an OFFSET). Each side takes one page past the cursor in its own index's plan and the
 two are merged, so a page costs what its matches cost, not the table. Fewer than three characters
 hold no trigram: they are matched at the start of ids and keys only (job_search_job_id,
 job_search_key). Why trigrams and not full-text search: full-text matches words from their start,
 and the end of an id, a domain, or the digits inside an invoice number are not words.
 
-The texts below are the indexes' own expressions (ledger migration 0016): PostgreSQL uses an
+ANSWER_TEXT is the answers' index's own expression (ledger migration 0016): PostgreSQL uses an
 index only for a query that spells its expression.
 """
 
@@ -27,7 +27,6 @@ from ledger.models import Job
 
 SHOWN = 50
 INSIDE_FROM = 3  # characters; a shorter fragment has no trigram
-JOB_TEXT = "(job_id || ' ' || idempotency_key || ' ' || payload::text)"
 ANSWER_TEXT = "(a.result_ref || ' ' || a.error)"
 ANSWERED = "(a.result_ref <> '' OR a.error <> '')"  # the partial index's condition
 COLUMNS = ("id", "job_id", "tenant", "action", "status", "idempotency_key", "holder", "held_since",
@@ -65,22 +64,29 @@ def _literal(text: str) -> str:
 def matching_sql(query: str, fence: TenantFence, limit: int, before: int | None = None) -> tuple[str, list]:
     """The statement selecting the primary keys of up to `limit` jobs matching `query`, newest
     first, older than `before` when given; and its parameters."""
-    fence_sql, fence_params = ("", []) if fence.everything else (" AND j.tenant = ANY(%s)", [sorted(fence.tenants)])
-    page_sql, page_params = ("", []) if before is None else (" AND j.id < %s", [before])
+
+    def scope(tenant: str, job: str) -> tuple[str, list]:
+        sql, params = "", []
+        if not fence.everything:
+            sql, params = f" AND {tenant} = ANY(%s)", [sorted(fence.tenants)]
+        if before is not None:
+            sql, params = f"{sql} AND {job} < %s", [*params, before]
+        return sql, params
+
     if len(query) < INSIDE_FROM:
-        pattern = like_prefix(query)
+        pattern, (where, params) = like_prefix(query), scope("j.tenant", "j.id")
         sql = ("SELECT j.id FROM ledger_job j WHERE (UPPER(j.job_id::text) LIKE UPPER(%s) ESCAPE '\\' "
-               "OR UPPER(j.idempotency_key::text) LIKE UPPER(%s) ESCAPE '\\')"
-               f"{fence_sql}{page_sql} ORDER BY j.id DESC LIMIT %s")
-        return sql, [pattern, pattern, *fence_params, *page_params, limit]
+               f"OR UPPER(j.idempotency_key::text) LIKE UPPER(%s) ESCAPE '\\'){where} ORDER BY j.id DESC LIMIT %s")
+        return sql, [pattern, pattern, *params, limit]
     pattern = like_inside(query)
-    jobs = (f"(SELECT j.id FROM ledger_job j WHERE {JOB_TEXT} ILIKE %s ESCAPE '\\'{fence_sql}{page_sql} "
-            "ORDER BY j.id DESC LIMIT %s)")
+    texts_where, texts_params = scope("s.tenant", "s.job_id")
+    texts = (f"(SELECT s.job_id AS id FROM ledger_jobsearchtext s WHERE s.text ILIKE %s ESCAPE '\\'{texts_where} "
+             "ORDER BY s.job_id DESC LIMIT %s)")
+    answers_where, answers_params = scope("j.tenant", "a.job_id")
     answers = (f"(SELECT DISTINCT a.job_id AS id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id "
-               f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}{fence_sql}{page_sql} "
-               "ORDER BY a.job_id DESC LIMIT %s)")
-    params = [pattern, *fence_params, *page_params, limit] * 2
-    return f"SELECT id FROM ({jobs} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", [*params, limit]
+               f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}{answers_where} ORDER BY a.job_id DESC LIMIT %s)")
+    params = [pattern, *texts_params, limit, pattern, *answers_params, limit, limit]
+    return f"SELECT id FROM ({texts} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", params
 
 
 def matching_ids(query: str, fence: TenantFence, limit: int, before: int | None = None) -> list[int]:

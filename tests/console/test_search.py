@@ -228,3 +228,24 @@ def test_results_follow_the_typing_without_navigating_away(client, auditor, jobs
     assert _found(html) == ["inv-200"]
     page = client.get("/search/", {"q": "inv"}).content.decode()
     assert 'hx-trigger="input changed delay:300ms from:#search-q, submit"' in page
+
+
+def test_the_search_text_follows_a_change_of_payload(client, auditor):
+    """A trigger keeps each job's search text (ledger.JobSearchText): written on insert, rewritten
+    when the payload changes (a corrected payload), untouched by the job's other updates."""
+    from ledger.models import JobSearchText
+
+    job = make_job("fix-1", payload={"to": "typo@exampel.com"})
+    before = JobSearchText.objects.get(job=job)
+    assert "typo@exampel.com" in before.text and before.tenant == "acme"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM ledger_jobsearchtext WHERE job_id = %s", [job.pk])
+        written = cursor.fetchone()[0]
+        lease = services.claim_job(job_id="fix-1", worker="worker-a")  # a status change: no new search text
+        cursor.execute("SELECT xmin::text FROM ledger_jobsearchtext WHERE job_id = %s", [job.pk])
+        assert cursor.fetchone()[0] == written
+        services.record_failure(lease=lease, error="nothing sent")
+        cursor.execute("UPDATE ledger_job SET payload = %s WHERE id = %s", ['{"to": "fixed@example.com"}', job.pk])
+    client.force_login(auditor)
+    assert _found(client.get("/search/", {"q": "fixed@example"}).content.decode()) == ["fix-1"]
+    assert _found(client.get("/search/", {"q": "typo@exampel"}).content.decode()) == []
