@@ -503,7 +503,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
     generate(attempts=small, queued=queued, prefix="scale-a")
     _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
-    client, measured = _console_client()  # the login session is copied along with the database
+    client, searched = _console_client()  # the login session is copied along with the database
     small_db = connections["default"]
     large_db = _clone_database(f"{small_db.settings_dict['NAME']}_large")
     try:
@@ -514,7 +514,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})
         for page in PAGES:
-            url = _page_url(page, measured)
+            url = _page_url(page, searched)
             measured = _side_by_side(lambda url=url: _page_probe(client, url), [small_db, large_db], repeats)
             for run, (timings, facts) in zip(runs, measured, strict=True):
                 run["pages"].append({"page": page, **facts, **_summary(timings, 1)})
