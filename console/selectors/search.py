@@ -75,18 +75,18 @@ def matching_sql(query: str, fence: TenantFence, limit: int, before: int | None 
 
     if len(query) < INSIDE_FROM:
         pattern, (where, params) = like_prefix(query), scope("j.tenant", "j.id")
-        sql = ("SELECT j.id FROM ledger_job j WHERE (UPPER(j.job_id::text) LIKE UPPER(%s) ESCAPE '\\' "
+        sql = ("SELECT j.id FROM ledger_job j WHERE (UPPER(j.job_id::text) LIKE UPPER(%s) ESCAPE '\\' "  # nosec B608  # fixed fragments of this module; values bound
                f"OR UPPER(j.idempotency_key::text) LIKE UPPER(%s) ESCAPE '\\'){where} ORDER BY j.id DESC LIMIT %s")
         return sql, [pattern, pattern, *params, limit]
     pattern = like_inside(query)
     texts_where, texts_params = scope("s.tenant", "s.job_id")
-    texts = (f"(SELECT s.job_id AS id FROM ledger_jobsearchtext s WHERE s.text ILIKE %s ESCAPE '\\'{texts_where} "
+    texts = (f"(SELECT s.job_id AS id FROM ledger_jobsearchtext s WHERE s.text ILIKE %s ESCAPE '\\'{texts_where} "  # nosec B608  # fixed fragments of this module; values bound
              "ORDER BY s.job_id DESC LIMIT %s)")
     answers_where, answers_params = scope("j.tenant", "a.job_id")
-    answers = (f"(SELECT DISTINCT a.job_id AS id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id "
+    answers = (f"(SELECT DISTINCT a.job_id AS id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id "  # nosec B608  # fixed fragments of this module; values bound
                f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}{answers_where} ORDER BY a.job_id DESC LIMIT %s)")
     params = [pattern, *texts_params, limit, pattern, *answers_params, limit, limit]
-    return f"SELECT id FROM ({texts} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", params
+    return f"SELECT id FROM ({texts} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", params  # nosec B608  # fixed fragments of this module; values bound
 
 
 def matching_ids(query: str, fence: TenantFence, limit: int, before: int | None = None) -> list[int]:

@@ -20,12 +20,11 @@ import django.db.models.deletion
 from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations, models
 
-JOB_TEXT = "NEW.job_id || ' ' || NEW.idempotency_key || ' ' || NEW.payload::text"
-
-TRIGGER = f"""
+TRIGGER = """
 CREATE FUNCTION reckon_job_search_text() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO ledger_jobsearchtext (job_id, tenant, text) VALUES (NEW.id, NEW.tenant, {JOB_TEXT})
+    INSERT INTO ledger_jobsearchtext (job_id, tenant, text) VALUES (NEW.id, NEW.tenant,
+        NEW.job_id || ' ' || NEW.idempotency_key || ' ' || NEW.payload::text)
     ON CONFLICT (job_id) DO UPDATE SET tenant = EXCLUDED.tenant, text = EXCLUDED.text;
     RETURN NULL;
 END $$;

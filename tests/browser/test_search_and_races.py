@@ -90,6 +90,20 @@ def test_the_second_operator_is_told_who_won_and_keeps_the_note(
     assert (event.actor, event.note) == (operator.username, note)
 
 
+def _fits(page, width: int) -> None:
+    """Nothing to scroll sideways; at a desk's width no table cell cut off, on a phone's every row a
+    card whose cells say their column (as tests/browser/test_layout.py checks)."""
+    from tests.browser.test_layout import CLIPPED_CELLS, OVERFLOW
+
+    size = page.evaluate(OVERFLOW)
+    assert size["scroll"] <= size["client"], size
+    if width > 1000:
+        assert page.evaluate(CLIPPED_CELLS) == []
+    else:
+        unlabelled = page.locator(":is(table.queue, table.audit) tbody td:not([data-label], .empty)")
+        assert unlabelled.count() == 0
+
+
 def test_a_pasted_payload_value_finds_its_jobs_page_after_page(live_server, browser, log_in, operator, artifacts):
     """60 mails to one customer's domain, one of them failed with the provider's error: the
     search by the pasted domain pages through them newest first (htmx, and the same links without
@@ -111,6 +125,7 @@ def test_a_pasted_payload_value_finds_its_jobs_page_after_page(live_server, brow
     for width in (1400, 390):
         page.set_viewport_size({"width": width, "height": 900})
         assert_no_serious_violations(page, f"search-payload-value-{width}")
+        _fits(page, width)
     page.set_viewport_size({"width": 1400, "height": 900})
 
     results.get_by_role("link", name="Older matches").click()
@@ -123,6 +138,7 @@ def test_a_pasted_payload_value_finds_its_jobs_page_after_page(live_server, brow
     for width in (1400, 390):
         page.set_viewport_size({"width": width, "height": 900})
         assert_no_serious_violations(page, f"search-page-2-{width}")
+        _fits(page, width)
     page.reload()  # the pushed URL is the same page without htmx
     expect(results.locator("tr[data-job]")).to_have_count(10)
     results.get_by_role("link", name="Newest matches").click()
@@ -137,6 +153,7 @@ def test_a_pasted_payload_value_finds_its_jobs_page_after_page(live_server, brow
     for width in (1400, 390):
         page.set_viewport_size({"width": width, "height": 900})
         assert_no_serious_violations(page, f"audit-search-{width}")
+        _fits(page, width)
 
 
 def test_the_last_hour_per_minute_and_the_providers_pass_axe(live_server, browser, log_in, operator):
@@ -162,3 +179,4 @@ def test_the_last_hour_per_minute_and_the_providers_pass_axe(live_server, browse
     for width in (1400, 390):
         page.set_viewport_size({"width": width, "height": 900})
         assert_no_serious_violations(page, f"overview-last-hour-{width}")
+        _fits(page, width)
