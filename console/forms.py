@@ -81,10 +81,14 @@ class QueueFilterForm(forms.Form):
 
 class SearchForm(forms.Form):
     q = forms.CharField(label="Find a job", required=False, max_length=320, validators=[reject_control_characters])
+    before = forms.CharField(required=False, max_length=20, widget=forms.HiddenInput)  # the page's cursor
 
     def query(self) -> str:
         """What to look for; a query that does not validate finds nothing (the page says why)."""
         return (self.cleaned_data.get("q") or "").strip() if self.is_valid() else ""
+
+    def cursor(self) -> str:
+        return (self.cleaned_data.get("before") or "") if self.is_valid() else ""
 
 
 def _choices(decisions) -> list[tuple[str, str]]:
@@ -142,6 +146,7 @@ class ApprovalDecisionForm(forms.Form):
 
 
 class AuditFilterForm(forms.Form):
+    q = forms.CharField(label="Find", required=False, max_length=320, validators=[reject_control_characters])
     job = forms.CharField(label="Job id", required=False, max_length=200, validators=[reject_control_characters])
     key = forms.CharField(
         label="Idempotency key", required=False, max_length=320, validators=[reject_control_characters]
@@ -161,6 +166,7 @@ class AuditFilterForm(forms.Form):
         self.is_valid()
         data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
         return AuditFilter(
+            q=(data.get("q") or "").strip(),
             job=(data.get("job") or "").strip(),
             key=(data.get("key") or "").strip(),
             actor=(data.get("actor") or "").strip(),

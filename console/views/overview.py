@@ -28,7 +28,7 @@ def charts(request: HttpRequest) -> HttpResponse:
 
 
 def _window(request: HttpRequest):
-    """The charts' window from `?range=` (24h or 7d); anything else shows the last 24 hours."""
+    """The charts' window from `?range=` (1h, 24h or 7d); anything else shows the last 24 hours."""
     return WINDOWS.get(request.GET.get("range", ""), WINDOWS["24h"])
 
 
