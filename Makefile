@@ -26,6 +26,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
 	$(MAKE) --no-print-directory bandit
 	$(BIN)/python -m pytest

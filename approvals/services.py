@@ -16,6 +16,7 @@ from django.db import transaction
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
@@ -140,16 +141,8 @@ def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
         job, request, attempt = _pending(request_id)
         _four_eyes(job, request, user, "decide it; withdraw it instead")
         _set_decision(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.CANCELLED,
-            ActorType.APPROVER,
-            user.get_username(),
-            EventKind.APPROVAL_REJECTED,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_REJECTED, job_status=JobStatus.CANCELLED,
+               actor_type=ActorType.APPROVER, actor=user.get_username(), note=note)
     return request
 
 
@@ -159,16 +152,8 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
         _set_decision(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.NEEDS_OPERATOR,
-            ActorType.OPERATOR,
-            user.get_username(),
-            EventKind.APPROVAL_WITHDRAWN,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_WITHDRAWN, job_status=JobStatus.NEEDS_OPERATOR,
+               actor_type=ActorType.OPERATOR, actor=user.get_username(), note=note)
     return request
 
 
@@ -188,18 +173,10 @@ def expire_due_approvals(*, actor: str = "approval-expiry") -> int:
                 continue  # decided since we looked
             if request.expires_at > job.db_now:
                 continue
-            note = f"approval request expired at {request.expires_at.isoformat()} without a decision"
+            note = f"approval request expired at {kept_time(request.expires_at)} without a decision"
             _set_decision(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
-            _close(
-                job,
-                attempt,
-                JobStatus.NEEDS_OPERATOR,
-                ActorType.SYSTEM,
-                actor,
-                EventKind.APPROVAL_EXPIRED,
-                note,
-                request,
-            )
+            _close(job, attempt, request, kind=EventKind.APPROVAL_EXPIRED, job_status=JobStatus.NEEDS_OPERATOR,
+                   actor_type=ActorType.SYSTEM, actor=actor, note=note)
             expired += 1
     return expired
 
@@ -223,10 +200,10 @@ def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, Appr
     request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
     if request.status != ApprovalStatus.PENDING:
         who = f" by {request.decided_by.get_username()}" if request.decided_by_id else ""
-        when = f" at {request.decided_at.isoformat()}" if request.decided_at else ""
+        when = f" at {kept_time(request.decided_at)}" if request.decided_at else ""
         raise ApprovalRefused(f"approval request {request_id} is already {request.status}{who}{when}")
     if not allow_expired and request.expires_at <= job.db_now:
-        raise ApprovalRefused(f"approval request {request_id} expired at {request.expires_at.isoformat()}")
+        raise ApprovalRefused(f"approval request {request_id} expired at {kept_time(request.expires_at)}")
     attempt = latest_attempt(job)
     if attempt.pk != request.attempt_id or job.status != JobStatus.AWAITING_APPROVAL:
         raise ApprovalRefused(
@@ -252,12 +229,13 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
         return
     decided = (
         LedgerEvent.objects.filter(job=job, actor=name, actor_type__in=[ActorType.OPERATOR, ActorType.APPROVER])
+        .exclude(kind=EventKind.JOB_COMMENTED)  # a comment is not a decision
         .order_by("id").first()
     )
     if decided is not None:
         raise ApprovalRefused(
             f"four eyes: {name} already decided on job {job.job_id} ({decided.kind} at "
-            f"{decided.at.isoformat(timespec='seconds')}) and cannot {what}; another approver must decide"
+            f"{kept_time(decided.at)}) and cannot {what}; another approver must decide"
         )
 
 
@@ -266,12 +244,12 @@ def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at)
     request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
 
 
-def _close(job, attempt, status, actor_type, actor, kind, note, request) -> None:
+def _close(job, attempt, request: ApprovalRequest, *, kind: str, job_status: str, actor_type: str, actor: str,
+           note: str) -> None:
+    """The job leaves awaiting_approval with the request's decision (its event names the request)."""
     with Batch() as batch:
-        batch.transition(
-            job, attempt, actor_type=actor_type, actor=actor, kind=kind, job_status=status, note=note,
-            evidence={"approval_request": request.pk},
-        )
+        batch.transition(job, attempt, kind=kind, job_status=job_status, actor_type=actor_type, actor=actor,
+                         note=note, evidence={"approval_request": request.pk})
 
 
 def _required_note(note, what: str) -> str:

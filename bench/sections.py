@@ -310,31 +310,6 @@ def _summary(timings: list[float], digits: int) -> dict:
             "p95_ms": round(timings[max(int(len(timings) * 0.95) - 1, 0)], digits)}
 
 
-def console_pages(*, repeats: int) -> list[dict]:
-    client, job_id = _console_client()
-    rows = []
-    for page in PAGES:
-        probe = _page_probe(client, _page_url(page, job_id))
-        timings, facts = [], {}
-        for _ in range(repeats):
-            elapsed, facts = probe()
-            timings.append(elapsed)
-        rows.append({"page": page, **facts, **_summary(timings, 1)})
-    return rows
-
-
-def selection_cost(*, repeats: int) -> list[dict]:
-    rows = []
-    for name, query in _selection_queries().items():
-        probe = _selection_probe(query)
-        timings, facts = [], {}
-        for _ in range(repeats):
-            elapsed, facts = probe()
-            timings.append(elapsed)
-        rows.append({"query": name, "median_ms": _summary(timings, 3)["median_ms"], **facts})
-    return rows
-
-
 def _side_by_side(probe_factory, databases: list, repeats: int) -> list[tuple[list[float], dict]]:
     """The same probe on each database in turn, interleaved round by round (the order alternating),
     so that load from elsewhere on the machine falls on both sides of the ratio alike."""

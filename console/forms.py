@@ -36,6 +36,9 @@ class QueueFilterForm(forms.Form):
     # At most 100 years: beyond that the cut-off is before year 1 (a link asking more is ignored).
     older_than = forms.IntegerField(label="Age", min_value=1, max_value=100 * 365 * 24 * 60, required=False,
                                     widget=forms.Select(choices=AGES))
+    # An alert's link asks for its bound to the second (never rounded to a minute).
+    older_than_s = forms.FloatField(min_value=0, max_value=100 * 365 * 24 * 3600, required=False,
+                                    widget=forms.HiddenInput)
     q = forms.CharField(
         label="Job id or key", required=False, max_length=320, validators=[reject_control_characters]
     )
@@ -63,10 +66,12 @@ class QueueFilterForm(forms.Form):
         data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
         return QueueFilter(
             tab=data.get("tab") or "human",
-            status=data.get("status") or "",
+            # A status the tab does not list is kept, so the queue says so instead of listing everything.
+            status=data.get("status") or str(self.data.get("status") or "")[:64],
             action=data.get("action") or "",
             tenant=(data.get("tenant") or "").strip(),
             older_than=data.get("older_than"),
+            older_than_s=data.get("older_than_s"),
             search=(data.get("q") or "").strip(),
             newest_first=data.get("sort") == "newest",
             after=data.get("after") or "",
@@ -165,3 +170,13 @@ class AuditFilterForm(forms.Form):
             before=data.get("before") or "",
             size=data.get("size") or 100,
         )
+
+
+SILENCE_HOURS = [(1, "1 hour"), (4, "4 hours"), (24, "24 hours")]
+
+
+class AlertActionForm(forms.Form):
+    action = forms.ChoiceField(choices=[("acknowledge", "Acknowledge"), ("silence", "Silence")])
+    note = NoteField()
+    # The menu's lengths; the service refuses anything beyond RECKON_ALERT_SILENCE_MAX_H.
+    hours = forms.FloatField(label="For", required=False, min_value=0, widget=forms.Select(choices=SILENCE_HOURS))

@@ -213,6 +213,7 @@ END """)  # nosec B608  # SQL generated from our own vocabulary (states.py), no 
 
 
 # A result may arrive after the lease expired, as long as no one else has taken the attempt.
+# A job someone holds ("I'm on it") takes the Python path, which releases the hold as it finishes.
 def _succeed() -> StepFunction:
     was = states_before(Execution.RUNNING, SideEffect.SUBMITTED)
     succeeded = _sql(JobStatus.SUCCEEDED)
@@ -228,7 +229,7 @@ DECLARE
     before jsonb;
 BEGIN
     SELECT * INTO j FROM ledger_job WHERE job_id = p_job FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR j.holder <> '' THEN
         RETURN;
     END IF;
     UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),

@@ -104,6 +104,7 @@ class EventKind(models.TextChoices):
     OPERATOR_CLOSED_FAILED = "operator_closed_failed"  # the failure stands: no more attempts
     JOB_TAKEN = "job_taken"  # "I'm on it": the job has a holder
     JOB_RELEASED = "job_released"
+    JOB_COMMENTED = "job_commented"  # a person's remark: no state change, kept in the history
     # approvals
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"

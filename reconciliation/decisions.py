@@ -14,17 +14,27 @@ operator, the note) in the same transaction as the change.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from contextlib import contextmanager
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import Batch, InvalidJob, LedgerError, identity_mismatch, latest_attempt, lock_job
+from ledger.moments import when
+from ledger.services import (
+    Batch,
+    CommentRefused,
+    InvalidJob,
+    LedgerError,
+    comment_on_job,
+    identity_mismatch,
+    latest_attempt,
+    lock_job,
+)
 from ledger.services.jobs import json_object
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
 from reconciliation import registry, resolution
@@ -82,25 +92,6 @@ DID = {
     EventKind.SUCCEEDED: "recorded this job's success",
     EventKind.FAILED: "recorded this job's failure",
 }
-
-
-def ago(delta: timedelta) -> str:
-    """How long ago, as people say it: "just now", "1 minute ago", "3 hours ago"."""
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 45:
-        return "just now"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size or unit == "minute":
-            amount = max(1, round(seconds / size)) if unit == "minute" else seconds // size
-            return f"{amount} {unit}{'s' if amount != 1 else ''} ago"
-    return ""  # unreachable
-
-
-def when(at: datetime, now: datetime) -> str:
-    """"14:02 (2 minutes ago)", in the console's time zone (with the date when not today)."""
-    local, today = timezone.localtime(at), timezone.localtime(now).date()
-    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
-    return f"{shown} ({ago(now - at)})"
 
 
 def stale_message(event: LedgerEvent, now: datetime) -> str:
@@ -344,10 +335,20 @@ def decide(decision: str, *, job_id: str, version: int, user, note: str, despite
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
     extra = {"payload": payload} if registry.REGISTRY[decision].takes_payload else {}
-    with transaction.atomic():
-        if not despite_holder:
-            _refuse_if_held(job_id, version, user)
-        return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
+    try:
+        with transaction.atomic():
+            if not despite_holder:
+                _refuse_if_held(job_id, version, user)
+            return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
+    except StaleDecision as stale:
+        # The race loser saw something too: their note stays in the job's history as a comment.
+        try:
+            comment_on_job(job_id=job_id, author=user.get_username(), actor_type=ActorType.OPERATOR, text=note,
+                           evidence={"refused_decision": decision, "refused_because": str(stale)})
+        except CommentRefused as refused:
+            raise StaleDecision(f"{stale}. Your note was not kept: {refused}", event=stale.event) from stale
+        raise StaleDecision(f"{stale}. Your note is kept in the job's history as a comment.",
+                            event=stale.event) from stale
 
 
 def _refuse_if_held(job_id: str, version: int, user) -> None:
@@ -368,39 +369,21 @@ def _require_note(note) -> None:
         raise DecisionRefused("a note is required: say why, for the audit trail")
 
 
-class _deciding:
+@contextmanager
+def _deciding(decision: str, job_id: str, version: int, user, note: str):
     """Lock the job, refuse stale or disallowed decisions, hold one transaction open, and write
-    the decision's batch when the block ends."""
-
-    def __init__(self, decision: str, job_id: str, version: int, user, note: str):
-        _require_note(note)
-        self.decision, self.job_id, self.version, self.note = decision, job_id, version, note.strip()
-        self.user = user
-        self.atomic = transaction.atomic()
-        self.batch = Batch()
-
-    def __enter__(self):
-        self.atomic.__enter__()
-        try:
-            job = lock_job(job_id=self.job_id)
-            attempt = latest_attempt(job)
-            if attempt.version != self.version:
-                # The latest change of state (a hold or a signal changes none, so it is skipped).
-                last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
-                raise StaleDecision(stale_message(last, job.db_now), event=last)
-            why = _why_not(self.decision, job, attempt)
-            if why:
-                raise DecisionRefused(f"{registry.REGISTRY[self.decision].label} refused: {why}")
-        except BaseException as exc:
-            self.atomic.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self.batch, job, attempt, self.note
-
-    def __exit__(self, *exc):
-        try:
-            if exc[0] is None:
-                self.batch.flush()
-        except BaseException as error:
-            self.atomic.__exit__(type(error), error, error.__traceback__)
-            raise
-        return self.atomic.__exit__(*exc)
+    the decision's batch when the block ends (nothing, if it raises)."""
+    _require_note(note)
+    with transaction.atomic():
+        job = lock_job(job_id=job_id)
+        attempt = latest_attempt(job)
+        if attempt.version != version:
+            # The latest change of state (a hold or a signal changes none, so it is skipped).
+            last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
+            raise StaleDecision(stale_message(last, job.db_now), event=last)
+        why = _why_not(decision, job, attempt)
+        if why:
+            raise DecisionRefused(f"{registry.REGISTRY[decision].label} refused: {why}")
+        batch = Batch()
+        yield batch, job, attempt, note.strip()
+        batch.flush()

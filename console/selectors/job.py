@@ -48,6 +48,22 @@ class JobRecord:
         return triage(self.job, self.latest, telling)
 
     @property
+    def earlier_events(self) -> list[LedgerEvent]:
+        """The history before the latest attempt opened: the job page folds it away."""
+        if len(self.attempts) < 2:
+            return []
+        first = next((i for i, e in enumerate(self.events) if e.attempt_id == self.latest.pk), len(self.events))
+        return self.events[:first]
+
+    @property
+    def latest_events(self) -> list[LedgerEvent]:
+        return self.events[len(self.earlier_events):]
+
+    @property
+    def broken_in_earlier(self) -> bool:
+        return any(e.pk == self.first_broken_event for e in self.earlier_events)
+
+    @property
     def expired_approval(self) -> ApprovalRequest | None:
         """The latest approval request, when it expired without a decision."""
         latest = self.approvals[0] if self.approvals else None

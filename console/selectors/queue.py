@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from alerts.conditions import bound_text
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from console.selectors.triage import attach_triage
@@ -45,6 +46,7 @@ class QueueFilter:
     action: str = ""
     tenant: str = ""
     older_than: int | None = None  # minutes
+    older_than_s: float | None = None  # seconds: an alert's bound, exactly
     search: str = ""
     newest_first: bool = False
     after: str = ""
@@ -53,12 +55,29 @@ class QueueFilter:
     @property
     def narrowed(self) -> bool:
         """Whether anything beyond the tab narrows the list (an empty list then says no job matches)."""
-        return bool(self.status or self.action or self.tenant or self.older_than or self.search)
+        return bool(self.status or self.action or self.tenant or self.older_than or self.older_than_s
+                    or self.search)
+
+    @property
+    def older_than_s_text(self) -> str:
+        return bound_text(self.older_than_s) if self.older_than_s else ""
 
     @property
     def statuses(self) -> tuple[str, ...]:
+        """The statuses listed: the tab's, or the one asked for; none for a status not in the tab."""
         allowed = TABS[self.tab][1]
-        return (self.status,) if self.status in allowed else tuple(s.value for s in allowed)
+        if not self.status:
+            return tuple(s.value for s in allowed)
+        return (self.status,) if self.status in allowed else ()
+
+    @property
+    def unknown_status(self) -> bool:
+        """A status was asked for (a link, a typed URL) that the tab does not list."""
+        return bool(self.status) and self.status not in TABS[self.tab][1]
+
+    @property
+    def tab_statuses(self) -> list[str]:
+        return [s.value for s in TABS[self.tab][1]]
 
 
 def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
@@ -92,6 +111,8 @@ def filtered_jobs(spec: QueueFilter, fence: TenantFence):
         jobs = jobs.filter(tenant__iexact=spec.tenant)
     if spec.older_than:
         jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
+    if spec.older_than_s:
+        jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(seconds=spec.older_than_s))
     if spec.search:
         # The start of an id or key, in any case, as people type it (the marker our providers
         # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.
@@ -137,6 +158,11 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     attach_latest_attempts(page.rows)
     attach_triage(page.rows)
     return page
+
+
+def queue_tab_of(job: Job) -> str:
+    """The queue tab the job is listed in (the first tab, once it left the queue)."""
+    return next((key for key, (_, statuses) in TABS.items() if job.status in statuses), next(iter(TABS)))
 
 
 def next_in_queue(job: Job, fence: TenantFence) -> Job | None:

@@ -10,7 +10,10 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from console.access import TenantFence, fence_of
+from approvals.models import ApprovalRequest, ApprovalStatus
+from console.access import APPROVERS, TenantFence, fence_of, has_role
+from ledger import moments
+from ledger.moments import kept_time, shown_time
 
 register = template.Library()
 
@@ -20,35 +23,31 @@ def tenant_fence(user) -> TenantFence:
     return fence_of(user)
 
 
+@register.simple_tag
+def approvals_waiting(user) -> int | None:
+    """For an approver, the pending requests they may decide (not their own); None for others."""
+    if not user.is_authenticated or not has_role(user, [APPROVERS]):
+        return None
+    pending = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).exclude(requested_by=user)
+    return fence_of(user).apply(pending).count()
+
+
 @register.filter
 def ago(value: datetime | None, now: datetime | None = None) -> str:
-    if value is None:
-        return ""
-    seconds = int(((now or timezone.now()) - value).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 45:
-        return "just now" if not future else "in a few seconds"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size or unit == "min":
-            amount = max(1, round(seconds / size)) if unit == "min" else seconds // size
-            return f"in {amount} {unit}" if future else f"{amount} {unit} ago"
-    return ""  # unreachable
+    return "" if value is None else moments.ago((now or timezone.now()) - value, short=True)
 
 
 @register.filter
 def stamp(value: datetime | None) -> str:
-    """<time> with the full UTC time in its title and attribute, shown as time and age."""
+    """<time> with the full time in its title and attribute, shown as time (`ledger.moments`, the
+    date when not today) and age."""
     if value is None:
         return "—"
-    local = timezone.localtime(value)
-    same_day = local.date() == timezone.localtime().date()
-    shown = local.strftime("%H:%M:%S") if same_day else local.strftime("%Y-%m-%d %H:%M")
     return format_html(
         '<time datetime="{}" title="{}">{} <span class="age">· {}</span></time>',
         value.isoformat(),
-        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        shown,
+        kept_time(value),
+        shown_time(value),
         ago(value),
     )
 

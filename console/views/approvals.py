@@ -9,6 +9,8 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import APPROVERS, READERS, fence_of, has_role, role_required
 from console.forms import ApprovalDecisionForm
 from console.views.queue import QUEUE_CHANGED
+from ledger.models import LedgerEvent
+from ledger.states import EventKind
 from reconciliation.registry import APPROVAL_DECISIONS, REGISTRY
 
 RECENTLY_DECIDED = 20
@@ -24,7 +26,8 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @role_required(APPROVERS)
 def decide(request: HttpRequest, request_id: int) -> HttpResponse:
     # A request about a job outside the user's tenants does not exist for them.
-    get_object_or_404(fence_of(request.user).apply(ApprovalRequest.objects.only("id")), pk=request_id)
+    approval = get_object_or_404(fence_of(request.user).apply(ApprovalRequest.objects.select_related("job")),
+                                 pk=request_id)
     form = ApprovalDecisionForm(request.POST)
     if form.is_valid():
         decision = form.cleaned_data["decision"]
@@ -35,7 +38,7 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         except approval_services.ApprovalRefused as refused:
             notice = ("error", str(refused))
         else:
-            notice = ("success", f"Request {request_id}: {REGISTRY[decision].done}.")
+            notice = ("success", f"Replay of {approval.job.job_id}: {REGISTRY[decision].done}.")
     else:
         notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
     if not request.htmx:
@@ -55,7 +58,9 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
     )
     pending = list(requests.filter(status=ApprovalStatus.PENDING).order_by("created_at", "id"))
     may_approve = has_role(request.user, [APPROVERS])
+    comments = _comments_by_job([item.job_id for item in pending])
     for item in pending:
+        item.comments = comments.get(item.job_id, [])
         item.own = item.requested_by_id == request.user.pk
         item.payload_changed = approval_services.payload_digest(item.job.payload) != item.payload_digest
         item.can_decide = may_approve and not item.own
@@ -69,3 +74,11 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
         "notice": notice,
         "notice_for": notice_for,
     }
+
+
+def _comments_by_job(job_pks: list[int]) -> dict[int, list[LedgerEvent]]:
+    """Each job's comments, oldest first: a colleague's dissent is read before the decision."""
+    comments: dict[int, list[LedgerEvent]] = {}
+    for event in LedgerEvent.objects.filter(job_id__in=job_pks, kind=EventKind.JOB_COMMENTED).order_by("id"):
+        comments.setdefault(event.job_id, []).append(event)
+    return comments

@@ -6,10 +6,10 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from console.access import OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
+from console.access import APPROVERS, OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DecisionForm
 from console.selectors.job import job_record, mcp_call
-from console.selectors.queue import next_in_queue
+from console.selectors.queue import next_in_queue, queue_tab_of
 from console.views.queue import QUEUE_CHANGED
 from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
@@ -113,10 +113,12 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "confirm": confirm,
         "triage": record.triage,
         "next_job": next_in_queue(record.job, fence),
+        "queue_tab": queue_tab_of(record.job),
         "form": form or DecisionForm(initial={"version": record.latest.version if record.latest else 1}),
         "version": record.latest.version if record.latest else 1,
         "notice": notice,
         "can_decide": has_role(request.user, [OPERATORS]),
+        "can_comment": has_role(request.user, [OPERATORS, APPROVERS]),
         "gate": gate_status() if record.job.gated_at else None,
         # The decision asked for on a job someone else holds, offered again "anyway".
         "held": (held, REGISTRY[held].label) if held else None,

@@ -14,7 +14,7 @@ from reconciliation import decisions
 from reconciliation.registry import REGISTRY, bulk_decisions
 
 QUEUE_CHANGED = "queue-changed"
-FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "q", "sort", "size")
+FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "older_than_s", "q", "sort", "size")
 
 
 @require_GET

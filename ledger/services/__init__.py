@@ -14,6 +14,7 @@ caller gets a clear exception.
     sweeper.py      expired leases and stranded deliveries
     gate.py         the dead-man gate's release of the work it held
     ownership.py    who is on a job: take and release ("I'm on it")
+    comments.py     a person's comment on a job, an event of its history
     transitions.py  Batch, locks, snapshots, dispatch to django-q2, the reconciler's claim
     bulk.py         the set-based SQL under Batch
     errors.py       what the layer refuses
@@ -23,6 +24,7 @@ How unknown work is resolved (by the reconciler or by a person) sits above the l
 """
 
 from ledger.services.bulk import insert_objects
+from ledger.services.comments import CommentRefused, comment_on_job
 from ledger.services.errors import (
     ClaimRefused,
     GateClosed,
@@ -65,6 +67,7 @@ __all__ = [
     "Batch",
     "ClaimRefused",
     "ClockTimestamp",
+    "CommentRefused",
     "GateClosed",
     "HeldByAnother",
     "IdentityMismatch",
@@ -78,6 +81,7 @@ __all__ = [
     "claim_for_reconciliation",
     "claim_job",
     "claim_next_job",
+    "comment_on_job",
     "complete_pass",
     "enqueue_job",
     "idempotency_key_for",

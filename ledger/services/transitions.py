@@ -30,12 +30,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Func
 
+from ledger import hooks
 from ledger.actions import declared_action, policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
 from ledger.services.claimable import notify_claimable
 from ledger.services.errors import LedgerError
-from ledger.states import EventKind, JobStatus
+from ledger.states import FINISHED_JOB, ActorType, EventKind, JobStatus
 
 
 class ClockTimestamp(Func):
@@ -242,6 +243,7 @@ class Batch:
         """Write everything queued, within the caller's transaction (which holds the job locks)."""
         if not transaction.get_connection().in_atomic_block:
             raise RuntimeError("Batch.flush() must run inside the transaction holding the job locks")
+        self._release_finished_holds()
         self._update_attempts()
         insert_objects(self._opened)
         self._update_jobs()
@@ -249,6 +251,18 @@ class Batch:
         dispatch_runs(self._dispatch)
         notify_claimable(self._claimable)
         self._reset()
+
+    def _release_finished_holds(self) -> None:
+        """Nobody stays on a finished job: its hold ends with it, recorded after the change."""
+        for job, _, _ in list(self._jobs.values()):
+            if job.status in FINISHED_JOB and job.holder:
+                holder = job.holder
+                attempt = next((e.attempt for e in reversed(self._events) if e.job is job), None)
+                self.update_job(job, holder="", held_since=None)
+                self.record_unchanged(
+                    job, attempt, actor_type=ActorType.SYSTEM, actor="ledger", kind=EventKind.JOB_RELEASED,
+                    note=f"released {holder}'s hold: the job is {job.status}", evidence={"released_from": holder},
+                )
 
     def _job_entry(self, job: Job, *, touch: bool) -> set:
         entry = self._jobs.setdefault(job.pk, [job, set(), False])
@@ -351,15 +365,7 @@ def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), te
 def trigger_reconciliation() -> None:
     """Run a reconciliation pass soon after this commit (the schedule only fires each minute)."""
     if settings.RECKON_DISPATCH:
-        transaction.on_commit(_enqueue_reconciliation)
-
-
-def _enqueue_reconciliation() -> None:
-    from django_q.tasks import async_task
-
-    from reconciliation.tasks import reconcile_until_idle  # the task, above the ledger: loaded late
-
-    async_task(reconcile_until_idle, task_name="reconcile_until_idle")
+        transaction.on_commit(hooks.reconciliation_due)
 
 
 def _enqueue_run(job_id: str, **options) -> None:

@@ -18,6 +18,7 @@ from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import kept_time
 from ledger.services.errors import (
     ClaimRefused,
     GateClosed,
@@ -66,7 +67,7 @@ def claim_job(*, job_id: str, worker: str) -> Lease:
                 f"job is {job.status}"
                 if not live_lease
                 # Not naming the holder: the refused caller may be another token's worker.
-                else f"attempt {attempt.number} is leased until {attempt.lease_expires_at.isoformat()}"
+                else f"attempt {attempt.number} is leased until {kept_time(attempt.lease_expires_at)}"
             )
             refusal = ClaimRefused("duplicate_delivery", f"duplicate delivery refused: {why}")
             reason = "job_finished" if not live_lease else "live_lease"

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def irreversible_mail(provider):
     """A queryable action whose replay needs a second person's approval."""
     register(Action(name="test.four_eyes_mail", executor=send_mail, reversible=False, queryable=True,
-                    reconciler="reconciliation.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
+                    reconciler="sandbox.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
     yield "test.four_eyes_mail"
     _registry.pop("test.four_eyes_mail")
 
@@ -65,3 +65,18 @@ def test_with_nobody_behind_the_request_no_one_who_decided_on_the_job_may_approv
     approvals.approve(request_id=second.pk, user=fresh, note="a third pair of eyes")
     assert latest_attempt("m2").number == 3
     assert_ledger_clean()
+
+
+def test_a_comment_is_not_a_decision_its_author_may_still_approve(irreversible_mail, operator, approver):
+    unknown_job("m3", irreversible_mail, MAIL)
+    decisions.mark_not_found(job_id="m3", version=latest_attempt("m3").version, user=operator, note="not sent")
+    approvals.approve(request_id=ApprovalRequest.objects.get(job__job_id="m3").pk, user=approver, note="replay")
+    lease = services.claim_job(job_id="m3", worker="worker-b")
+    services.begin_side_effect(lease=lease)
+    services.record_unknown(lease=lease, reason="connection dropped after sending")
+    assert reconcile_job(job_id="m3").applied == "awaiting_approval"
+    second = ApprovalRequest.objects.get(job__job_id="m3", status="pending")
+    fresh = _persona("fay", "approvers")
+    services.comment_on_job(job_id="m3", author=fresh.username, actor_type="approver", text="the relay looks clean")
+    approvals.approve(request_id=second.pk, user=fresh, note="a third pair of eyes, having commented")
+    assert latest_attempt("m3").number == 3

@@ -75,7 +75,7 @@ def test_an_irreversible_replay_needs_a_second_person_then_runs_against_the_sand
     card.get_by_label("Note").fill("Checked the vault audit log myself: safe to rotate once")
     with qcluster(workers=1, env=sandbox_env(provider)) as cluster:
         card.get_by_role("button", name="Approve replay").click()
-        expect(approver_page.locator("#approval-list .notice-success")).to_contain_text("replay approved")
+        expect(approver_page.locator("#approval-list .notice-success")).to_contain_text("Replay of rot-1 approved.")
         wait_for(
             lambda: Job.objects.get(job_id="rot-1").status == "succeeded",
             timeout=60,

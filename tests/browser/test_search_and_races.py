@@ -75,7 +75,7 @@ def test_the_second_operator_is_told_who_won_and_keeps_the_note(
     mine.get_by_role("button", name="Yes, cancel job").click()  # cancelling asks first, in the page
     warning = mine.locator("#decision-panel p.notice-warning")
     expect(warning).to_have_text(re.compile(
-        r"otto escalated this job at \d\d:\d\d \(just now\) — your decision was not applied\. "
+        r"otto escalated this job at \d\d:\d\d:\d\d \(just now\) — your decision was not applied\. "
         r"Their note: finance must look at this one"))
     expect(mine.get_by_label("Note")).to_have_value(note)
     expect(mine.locator("[data-job-status]")).to_have_text("escalated")  # the page shows the job as it is now

@@ -107,7 +107,7 @@ def test_every_form_works_without_javascript(live_server, browser, operator, app
         card.get_by_label("Note").fill("The vault log shows a rotation at 03:12: no replay")
         card.get_by_role("button", name="Reject").click()
         expect(page).to_have_url(f"{base}/approvals/")
-        expect(page.locator("ul.messages")).to_contain_text(f"Request {request.pk}: rejected.")
+        expect(page.locator("ul.messages")).to_contain_text("Replay of rot-operator rejected.")
         request.refresh_from_db()
         assert request.status == "rejected" and request.decided_by == approver
     finally:

@@ -39,7 +39,7 @@ def test_an_approver_approves_the_replay(client, approver, requested):
     )
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="approval-list"')
-    assert "replay approved" in html and "data-pending-count>0<" in html
+    assert f"Replay of {requested.job.job_id} approved." in html and "data-pending-count>0<" in html
     assert json.loads(response["HX-Trigger"]) == {"queue-changed": {}}
     requested.refresh_from_db()
     assert (requested.status, requested.decided_by, requested.decision_note) == ("approved", approver, "safe")
@@ -110,7 +110,7 @@ def reconciler_requested(provider):
             executor=send_mail,
             reversible=False,
             queryable=True,
-            reconciler="reconciliation.reconcilers.mail",
+            reconciler="sandbox.reconcilers.mail",
             lease_ttl=timedelta(seconds=30),
         )
     )

@@ -15,7 +15,7 @@ from alerts.sampling import COUNTED_KINDS, count_events, sample_levels
 from console.selectors.charts import OUTCOME_KINDS, THROUGHPUT_KINDS
 from ledger import services
 from ledger.models import LedgerEvent
-from reconciliation.passes import reconcile_due_jobs
+from reconciliation.passes import reconcile_until_idle
 from tests.conftest import make_job
 from tests.console.conftest import make_unknown_job, with_tenants
 from tests.reconciliation.helpers import MAIL, send_message, unknown_job
@@ -80,7 +80,7 @@ def test_outcomes_and_throughput_are_the_ledger_s_events_this_hour(client, audit
     send_message(provider, "mail.send:m1")  # found as sent: confirmed
     unknown_job("m2", "mail.send", MAIL)
     send_message(provider, "mail.send:m2", {**MAIL, "subject": "Wrong"})  # found, but different: conflict
-    assert sorted(d.outcome for d in reconcile_due_jobs()) == ["confirmed", "conflict"]
+    assert sorted(d.outcome for d in reconcile_until_idle()) == ["confirmed", "conflict"]
     make_job("plain")
     services.claim_job(job_id="plain", worker="w")
     count_events()  # the sampling schedule's minute

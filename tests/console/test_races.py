@@ -36,8 +36,8 @@ def test_the_second_operator_reads_who_did_what_and_when(race, operator2):
     html = _decide(second, "inv-1", "cancel_job", seen, **htmx()).content.decode()
     message = re.search(r'<p class="notice notice-warning" role="status">([^<]+)</p>', html).group(1)
     assert re.fullmatch(
-        rf"{operator2.username} escalated this job at \d\d:\d\d \(just now\) — your decision was not applied\. "
-        r"Their note: needs finance",
+        rf"{operator2.username} escalated this job at \d\d:\d\d:\d\d \(just now\) — your decision was not applied\. "
+        r"Their note: needs finance\. Your note is kept in the job&#x27;s history as a comment\.",
         message,
     ), message
     job = Job.objects.get(job_id="inv-1")
@@ -76,4 +76,4 @@ def test_a_change_by_the_reconciler_names_it(operator, provider):
     client.force_login(operator)
     html = _decide(client, "inv-2", "confirm_effect", seen, **htmx()).content.decode()
     assert re.search(r"the reconciler \S+ (found no effect at the provider|opened a new attempt of this job) at "
-                     r"\d\d:\d\d \(just now\) — your decision was not applied", html), html
+                     r"\d\d:\d\d:\d\d \(just now\) — your decision was not applied", html), html

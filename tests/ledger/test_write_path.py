@@ -62,7 +62,7 @@ def writes():
 @pytest.fixture
 def irreversible_mail(provider):
     register(Action(name="test.write_path_mail", executor=send_mail, reversible=False, queryable=True,
-                    reconciler="reconciliation.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
+                    reconciler="sandbox.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
     yield "test.write_path_mail"
     _registry.pop("test.write_path_mail")
 

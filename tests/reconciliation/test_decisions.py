@@ -97,9 +97,9 @@ def test_retry_reconciliation_puts_the_job_back_in_line_now(provider, operator):
     _decide("retry_reconciliation", "m1", operator, note="vendor says try again")
     job = Job.objects.get(job_id="m1")
     assert job.status == "needs_reconciliation" and job.next_check_at is None and job.check_count == 0
-    from reconciliation.passes import reconcile_due_jobs
+    from reconciliation.passes import reconcile_until_idle
 
-    assert [d.job_id for d in reconcile_due_jobs()] == ["m1"]
+    assert [d.job_id for d in reconcile_until_idle()] == ["m1"]
     assert_ledger_clean()
 
 
@@ -133,10 +133,16 @@ def test_a_stale_version_is_refused_with_who_and_when(provider, operator, approv
     with pytest.raises(decisions.StaleDecision) as refused:
         _decide("mark_not_found", "m1", approver, version=seen)
     message = str(refused.value)
-    assert re.fullmatch(r"olga confirmed the effect of this job at \d\d:\d\d \(just now\) — your decision was not applied\."
-                        r" Their note: .*", message)
+    assert re.fullmatch(r"olga confirmed the effect of this job at \d\d:\d\d:\d\d \(just now\) — your decision was not "
+                        r"applied\. Their note: .*\. Your note is kept in the job's history as a comment\.", message)
     assert refused.value.event.kind == "operator_confirmed_effect"
-    assert LedgerEvent.objects.count() == events_before and latest_attempt("m1").number == 1
+    # Nothing changed but the race loser's note, kept as a comment that names the refused decision.
+    assert latest_attempt("m1").number == 1 and latest_attempt("m1").execution_state == "succeeded"
+    comment = LedgerEvent.objects.order_by("-id").first()
+    assert LedgerEvent.objects.count() == events_before + 1
+    assert (comment.kind, comment.actor, comment.actor_type, comment.note) == (
+        "job_commented", approver.username, "operator", "checked the provider's dashboard")
+    assert comment.evidence["refused_decision"] == "mark_not_found" and comment.before == comment.after
 
 
 def test_a_decision_the_state_does_not_allow_is_refused_and_changes_nothing(provider, operator):
