@@ -38,7 +38,7 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         except approval_services.ApprovalRefused as refused:
             notice = ("error", str(refused))
         else:
-            notice = ("success", f"Replay of {approval.job.job_id}: {REGISTRY[decision].done}.")
+            notice = ("success", f"Replay of {approval.job.job_id} {REGISTRY[decision].done}.")
     else:
         notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
     if not request.htmx:
