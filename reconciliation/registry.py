@@ -33,7 +33,7 @@ class Decision:
     bulk: bool = False  # offered on every selected job, or every job a queue filter matches
     statuses: tuple[str, ...] = ()  # the job statuses it is offered for (in bulk, on their tab)
     takes_payload: bool = False  # comes with a corrected payload
-    done: str = ""  # what the page says once it is recorded (by default "<label>: recorded")
+    done: str = ""  # what it did, as the page says once it is recorded ("approved"); job decisions: "<label>: recorded"
     # The help text instead, for an irreversible action (a replay needs a second person).
     help_irreversible: str = ""
 
@@ -110,7 +110,7 @@ JOB_DECISIONS = (
 
 # The decisions on an approval request (the approvals page).
 APPROVAL_DECISIONS = (
-    Decision("approve", "Approve replay", role=APPROVERS, done="replay approved",
+    Decision("approve", "Approve replay", role=APPROVERS, done="approved",
              help="Four eyes, same payload: the next attempt runs with the same key."),
     Decision("reject", "Reject", role=APPROVERS, danger=True, done="rejected",
              help="No replay: the job is cancelled and its latest attempt stays as it is."),

@@ -11,7 +11,7 @@ from console.forms import ApprovalDecisionForm
 from console.views.queue import QUEUE_CHANGED
 from ledger.models import LedgerEvent
 from ledger.states import EventKind
-from reconciliation.registry import APPROVAL_DECISIONS
+from reconciliation.registry import APPROVAL_DECISIONS, REGISTRY
 
 RECENTLY_DECIDED = 20
 
@@ -38,8 +38,7 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         except approval_services.ApprovalRefused as refused:
             notice = ("error", str(refused))
         else:
-            outcome = "approved" if decision == "approve" else "rejected"
-            notice = ("success", f"Replay of {approval.job.job_id} {outcome}.")
+            notice = ("success", f"Replay of {approval.job.job_id} {REGISTRY[decision].done}.")
     else:
         notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
     if not request.htmx:

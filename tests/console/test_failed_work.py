@@ -11,6 +11,7 @@ from django.test import Client
 from console.models import BulkRun
 from ledger import runtime, services
 from ledger.models import Job, LedgerEvent
+from reconciliation import decisions
 from reconciliation.registry import REGISTRY
 from tests.conftest import latest_attempt, make_job
 from tests.console.conftest import htmx, latest_version
@@ -137,3 +138,25 @@ def test_blocked_jobs_are_re_checked_then_replayed_in_bulk_on_a_filter(operator,
         assert provider.effects(marker=f"social.publish_post:post-{n}")["count"] == 1
     assert Job.objects.get(job_id="other").status == "blocked"
     assert_ledger_clean()
+
+
+def test_in_the_demo_check_by_hand_says_how_to_fix_the_profile_and_it_works(client, operator, provider):
+    """The blocked post's "Check by hand" gives the command that logs the sandbox's profile back in;
+    run as written (its URL moved to this test's sandbox), the re-check then matches."""
+    import shlex
+    import subprocess  # nosec B404  # curl, as the page tells an operator to run it
+
+    from ledger.actions import get_action
+
+    blocked_post(provider)
+    client.force_login(operator)
+    guide = get_action("social.publish_post").check_by_hand
+    assert "the queue's Blocked tab" in guide and "re-check identity" in guide
+    html = client.get("/jobs/post-1/").content.decode()
+    assert "/_admin/profiles/PROFILE" in html and "data-guide" in html
+    command = next(line for line in guide.splitlines() if line.startswith("curl "))
+    command = re.sub(r"http://[^/ ]+", provider.url.rstrip("/"), command)
+    command = command.replace("PROFILE", BINDING["profile"]).replace("ACCOUNT", BINDING["account"])
+    subprocess.run(shlex.split(command), check=True, capture_output=True, timeout=30)  # nosec B603
+    _decide(client, "post-1", "recheck_identity", note="logged p1 back in")
+    assert "replay_blocked" in decisions.allowed_decisions(Job.objects.get(job_id="post-1"))
