@@ -24,7 +24,7 @@ from ledger import fastpath, services
 from ledger.actions import _registry
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import Lease, snapshot, worker
+from ledger.services import Lease, snapshot
 from ledger.states import Execution
 from reconciliation import decisions
 from reconciliation.recovery import hold_for_recovery
@@ -559,22 +559,22 @@ def a_second_success_of_a_finished_job(run):
 
 def _watched(calls: list):
     """The real step call; a call that returns no row must have changed nothing."""
-    call_step = worker._call_step
+    run_step = fastpath.run_step
 
-    def watched(function, columns, *args):
+    def watched(step, params):
         before = _ledger_rows()
-        row = call_step(function, columns, *args)
+        row = run_step(step, params)
         if row is None:
-            assert _ledger_rows() == before, f"{function} declined but changed the ledger"
-        calls.append(function.removeprefix("reckon_") + ("" if row is not None else ":declined"))
+            assert _ledger_rows() == before, f"{step} declined but changed the ledger"
+        calls.append(step + ("" if row is not None else ":declined"))
         return row
     return watched
 
 
 def _declining(calls: list):
     """The fast path returns no row: the general Python path does every step."""
-    def declining(function, columns, *args):
-        calls.append(function.removeprefix("reckon_") + ":declined")
+    def declining(step, params):
+        calls.append(step + ":declined")
     return declining
 
 
@@ -587,7 +587,7 @@ def test_the_functions_write_exactly_what_the_python_path_writes(name, monkeypat
         # Both runs start from the same empty ledger and end rolled back, so job ids, keys and
         # notes are identical; only ids, times and hashes can differ.
         with monkeypatch.context() as patched, transaction.atomic():
-            patched.setattr(worker, "_call_step", call_step(calls))
+            patched.setattr(fastpath, "run_step", call_step(calls))
             run = Run()
             steps(run)
             results[path] = (run.outcomes, _written(), calls)
@@ -638,8 +638,8 @@ def test_each_ordinary_step_is_one_round_trip():
 
 def test_irreversible_work_is_never_offered_to_the_functions_while_the_gate_may_hold_it(settings):
     settings.RECKON_GATE_BOUND_S = 60
-    assert "vault.rotate_credential" not in worker._ungated_actions().obj
-    assert "reckon.echo" in worker._ungated_actions().obj
+    assert "vault.rotate_credential" not in fastpath.ungated_actions().obj
+    assert "reckon.echo" in fastpath.ungated_actions().obj
 
 
 def test_a_claim_inside_a_larger_transaction_leaves_that_transaction_durable():
