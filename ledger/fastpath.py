@@ -285,6 +285,16 @@ SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
 FROM ledger_job j CROSS JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, %(own)s) a
 WHERE j.job_id = %(job)s AND {IN_SCOPE}
 """,  # nosec B608  # column and table names from the models; every value is a bound parameter
+    # A caller that begins the side effect as soon as it holds the lease (the MCP gateway): both
+    # functions in one statement, the claim not on its own (so its commit waits for the WAL flush,
+    # as begin's must); begin sees what the claim wrote (each runs its statements on a new snapshot).
+    "claim_begin": f"""
+SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
+       {", ".join(f"c.{column}" for column in LEASE_COLUMNS)}, b.id
+FROM ledger_job j CROSS JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, false) c
+LEFT JOIN LATERAL reckon_begin(j.job_id, c.id, %(worker)s, c.lease_token, %(ttls)s, %(sent_to)s) b ON true
+WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # as above
     "begin": f"""
 SELECT {ATTEMPT_SELECT} FROM ledger_job j
 CROSS JOIN LATERAL reckon_begin(j.job_id, {ATTEMPT}, %(owner)s, %(token)s, %(ttls)s, %(sent_to)s) a
@@ -322,13 +332,26 @@ def claim(*, job_id: str, worker: str, scope: Scope = EVERYTHING) -> tuple[Job, 
     columns (LEASE_COLUMNS), or None."""
     row = run_step("claim", {"job": job_id, "worker": worker, "ttls": ungated_actions(),
                              "own": not connection.in_atomic_block, **scope.params()})
-    if row is None:
-        return None
+    return None if row is None else _claimed(row)
+
+
+def _claimed(row: tuple) -> tuple[Job, tuple]:
     values = dict(zip(JOB_FIELDS, row, strict=False))
     for name in ("payload", "identity"):
         values[name] = Job._meta.get_field(name).from_db_value(values[name], None, connection)
     job = Job(**values, status=JobStatus.RUNNING, updated_at=row[len(JOB_FIELDS)])
     return job, tuple(row[len(JOB_FIELDS) + 1:])
+
+
+def claim_begin(*, job_id: str, worker: str, sent_to: str, scope: Scope = EVERYTHING) -> tuple[Job, tuple, bool] | None:
+    """reckon_claim then reckon_begin in one statement: the job, the lease's columns, and whether
+    the side effect was begun (a claim that begin declined is still a claim); None: not claimed."""
+    row = run_step("claim_begin", {"job": job_id, "worker": worker, "ttls": ungated_actions(), "sent_to": sent_to,
+                                   **scope.params()})
+    if row is None:
+        return None
+    job, leased = _claimed(row[:-1])
+    return job, leased, row[-1] is not None
 
 
 def begin(*, job_id: str, attempt_id: int | None, owner: str, token: int, sent_to: str,

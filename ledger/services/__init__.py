@@ -53,6 +53,7 @@ from ledger.services.transitions import (
 from ledger.services.worker import (
     Lease,
     begin_side_effect,
+    claim_and_begin,
     claim_job,
     identity_mismatch,
     lease_named,
@@ -78,6 +79,7 @@ __all__ = [
     "StaleLease",
     "SweepResult",
     "begin_side_effect",
+    "claim_and_begin",
     "claim_for_reconciliation",
     "claim_job",
     "claim_next_job",

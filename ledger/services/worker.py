@@ -255,6 +255,23 @@ def begin_side_effect(*, lease: Lease, sent_to: str | None = None, scope: Scope 
     return attempt
 
 
+def claim_and_begin(*, job_id: str, worker: str, sent_to: str | None = None, scope: Scope = EVERYTHING) -> Lease:
+    """claim_job then begin_side_effect, for a caller that begins the effect as soon as it holds the
+    lease (the MCP gateway): in the ordinary case both in one round trip, committed durably (the
+    caller's transaction, or this statement's own), otherwise each step's own way."""
+    sent_to = recorded_sent_to(sent_to)
+    claimed = fastpath.claim_begin(job_id=job_id, worker=worker, sent_to=sent_to, scope=scope)
+    if claimed is None:
+        lease = claim_job(job_id=job_id, worker=worker, scope=scope)
+    else:
+        job, leased, begun = claimed
+        lease = Lease(job_id, *leased, job=job)
+        if begun:
+            return lease
+    begin_side_effect(lease=lease, sent_to=sent_to, scope=scope)
+    return lease
+
+
 def recorded_sent_to(endpoint: str | None) -> str:
     """`endpoint` as the attempt keeps it (ledger.endpoints.recorded); a bad one is refused."""
     try:

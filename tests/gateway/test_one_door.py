@@ -1,6 +1,7 @@
-"""The gateway takes each step of a call through the ledger's one function per step (the same
-claim_job, begin_side_effect and record_success as the worker service and the API), and so through
-ledger.fastpath.run_step, the one way to the steps' database functions."""
+"""The gateway takes each step of a call through the ledger's one function per step (claim_and_begin,
+which is claim_job and begin_side_effect in one round trip, and record_success, as the worker
+service and the API do), and so through ledger.fastpath.run_step, the one way to the steps'
+database functions."""
 
 import uuid
 
@@ -25,9 +26,9 @@ def test_a_call_goes_through_the_ledgers_step_functions(actions_file, monkeypatc
 
     go = calls.open_call(token=token, policy=get_upstream("notes").tools["create_note"], arguments=arguments,
                          meta={}, agent="mcp:door:test")
-    assert isinstance(go, calls.Go) and steps == ["claim", "begin"]
+    assert isinstance(go, calls.Go) and steps == ["claim_begin"]  # claim_and_begin: both in one statement
     answer = calls.close_call(go, {"content": [{"type": "text", "text": "created"}]})
 
-    assert steps == ["claim", "begin", "succeed"] and not answer.is_error
+    assert steps == ["claim_begin", "succeed"] and not answer.is_error
     assert Job.objects.get(job_id=go.job_id).status == JobStatus.SUCCEEDED
     assert event_kinds(go.job_id) == ["enqueued", "claimed", "side_effect_started", "succeeded"]

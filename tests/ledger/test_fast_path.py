@@ -621,6 +621,45 @@ def test_every_step_function_is_exercised_both_ways():
     assert done >= {"claim", "begin", "succeed", "claim:declined", "begin:declined", "succeed:declined"}
 
 
+def _two_steps(run: Run) -> Lease:
+    lease = run(services.claim_job, job_id="j", worker="w1")
+    run(services.begin_side_effect, lease=lease)
+    return lease
+
+
+def _one_statement(run: Run) -> Lease:
+    return run(services.claim_and_begin, job_id="j", worker="w1")
+
+
+@pytest.mark.parametrize("way", ["fast", "python"])
+def test_claim_and_begin_in_one_statement_writes_what_the_two_steps_write(way, monkeypatch):
+    written, calls = {}, {}
+    for name, claim_and_begin in (("two steps", _two_steps), ("one statement", _one_statement)):
+        seen = calls[name] = []
+        with monkeypatch.context() as patched, transaction.atomic():
+            patched.setattr(fastpath, "run_step", (_watched if way == "fast" else _declining)(seen))
+            make_job("j")
+            run = Run()
+            lease = claim_and_begin(run)
+            run(services.record_success, lease=lease, result_ref="r")
+            written[name] = _written()
+            transaction.set_rollback(True)
+    assert _differences(written["one statement"], written["two steps"]) == []
+    if way == "fast":
+        assert (calls["two steps"], calls["one statement"]) == (["claim", "begin", "succeed"], ["claim_begin", "succeed"])
+
+
+def test_a_claim_whose_begin_the_statement_declines_stays_claimed_and_begin_says_why():
+    make_job("j", identity={"account": "a"})  # begin waits for the identity to be verified
+
+    with pytest.raises(services.LedgerError, match="verify it before any side effect"):
+        services.claim_and_begin(job_id="j", worker="w1")
+
+    attempt = latest_attempt("j")
+    assert (attempt.execution_state, attempt.side_effect_state, attempt.lease_owner) == (
+        Execution.RUNNING, "not_attempted", "w1")
+
+
 # -- the fast path's own properties ---------------------------------------------------------------
 
 
