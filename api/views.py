@@ -8,9 +8,7 @@ compare-and-set decides. A job outside the token's tenants and actions is, to th
 
 from __future__ import annotations
 
-from django.db import connection
 from django.http import HttpRequest
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -51,7 +49,7 @@ from api.schemas import (
 from api.tokens import holder_name, holds
 from ledger import models, services
 from ledger.actions import UnknownAction, get_action
-from ledger.services import scoped
+from ledger.fastpath import Scope
 from ledger.states import JOB_STATUS_FOR_LATEST, ActorType
 from reconciliation import decisions
 from reconciliation.registry import REGISTRY
@@ -252,42 +250,27 @@ def _job_in_scope(request: HttpRequest, job_id: str) -> models.Job:
     return job
 
 
-# The job's scope, and the attempt that issued the caller's fencing token; for a token this job
-# never issued, its latest attempt (the service judges the lease against it, and records that).
-LEASE_LOOKUP = """
-SELECT j.tenant, j.action, a.id, a.number, a.lease_expires_at
-FROM ledger_job j CROSS JOIN LATERAL (
-    SELECT id, number, lease_expires_at FROM ledger_attempt WHERE job_id = j.id
-    ORDER BY lease_token = %s DESC NULLS LAST, number DESC LIMIT 1
-) a
-WHERE j.job_id = %s
-"""
-
-
 def _lease_in_scope(request: HttpRequest, job_id: str, body: LeaseRequest) -> services.Lease:
     """The Lease the caller claims to hold, on a job in the token's scope, read in one query;
     the service checks it against the attempt under the job's lock."""
-    with connection.cursor() as cursor:
-        cursor.execute(LEASE_LOOKUP, [body.fencing_token, job_id])
-        row = cursor.fetchone()
-    if row is None or not request.auth.allows(tenant=row[0], action=row[1]):
-        raise no_such_job()
-    _, _, attempt_id, number, expires_at = row
-    return services.Lease(
-        job_id=job_id,
-        attempt_id=attempt_id,
-        attempt_number=number,
-        owner=holder_name(request.auth, body.owner),
-        token=body.fencing_token,
-        expires_at=expires_at or timezone.now(),
-    )
+    try:
+        return services.lease_named(job_id=job_id, owner=holder_name(request.auth, body.owner),
+                                    token=body.fencing_token, scope=_scope(request))
+    except services.NotInScope:
+        raise no_such_job() from None
 
 
-def _scope(request: HttpRequest) -> scoped.Scope:
-    """The token's tenants and actions, as the ledger's scoped steps take them (None: all)."""
+def _named_lease(request: HttpRequest, job_id: str, body: LeaseRequest) -> services.Lease:
+    """The caller's lease as it names it (job, owner, fencing token): the step finds the attempt."""
+    return services.Lease(job_id=job_id, attempt_id=None, attempt_number=None,
+                          owner=holder_name(request.auth, body.owner), token=body.fencing_token, expires_at=None)
+
+
+def _scope(request: HttpRequest) -> Scope:
+    """The token's tenants and actions, as the ledger's steps take them (None: all)."""
     token = request.auth
-    return scoped.Scope(tenants=None if ALL in token.tenants else token.tenants,
-                        actions=None if ALL in token.actions else token.actions)
+    return Scope(tenants=None if ALL in token.tenants else token.tenants,
+                 actions=None if ALL in token.actions else token.actions)
 
 
 # -- endpoints ------------------------------------------------------------------------------------
@@ -415,15 +398,11 @@ def job_events(request: HttpRequest, job_id: JobIdInPath):
     ),
 )
 def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
-    worker = holder_name(request.auth, body.worker)
-    claimed = scoped.claim_in_scope(job_id=job_id, worker=worker, scope=_scope(request))
-    if claimed is not None:
-        return Status(201, lease_json(*claimed, request.auth))
-    scope = models.Job.objects.filter(job_id=job_id).values_list("tenant", "action").first()
-    if scope is None or not request.auth.allows(tenant=scope[0], action=scope[1]):
-        raise no_such_job()
-    lease = services.claim_job(job_id=job_id, worker=worker)
-    return Status(201, lease_json(lease, models.Job.objects.get(job_id=job_id), request.auth))
+    try:
+        lease = services.claim_job(job_id=job_id, worker=holder_name(request.auth, body.worker), scope=_scope(request))
+    except services.NotInScope:
+        raise no_such_job() from None
+    return Status(201, lease_json(lease, lease.job or models.Job.objects.get(job_id=job_id), request.auth))
 
 
 @api.post(
@@ -504,12 +483,12 @@ def identity(request: HttpRequest, job_id: JobIdInPath, body: IdentityRequest):
     ),
 )
 def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
-    begun = scoped.begin_in_scope(job_id=job_id, owner=holder_name(request.auth, body.owner),
-                                  token=body.fencing_token, sent_to=body.sent_to, scope=_scope(request))
-    if begun is not None:
-        return _result(job_id, begun, request.auth)
-    return _result(job_id, services.begin_side_effect(lease=_lease_in_scope(request, job_id, body),
-                                                      sent_to=body.sent_to), request.auth)
+    try:
+        begun = services.begin_side_effect(lease=_named_lease(request, job_id, body), sent_to=body.sent_to,
+                                           scope=_scope(request))
+    except services.NotInScope:
+        raise no_such_job() from None
+    return _result(job_id, begun, request.auth)
 
 
 @api.post(
@@ -523,14 +502,11 @@ def begin(request: HttpRequest, job_id: JobIdInPath, body: BeginRequest):
     ),
 )
 def success(request: HttpRequest, job_id: JobIdInPath, body: SuccessRequest):
-    succeeded = scoped.succeed_in_scope(job_id=job_id, owner=holder_name(request.auth, body.owner),
-                                        token=body.fencing_token, result_ref=body.result_ref,
-                                        evidence=body.evidence, scope=_scope(request))
-    if succeeded is not None:
-        return _result(job_id, succeeded, request.auth)
-    attempt = services.record_success(
-        lease=_lease_in_scope(request, job_id, body), result_ref=body.result_ref, evidence=body.evidence
-    )
+    try:
+        attempt = services.record_success(lease=_named_lease(request, job_id, body), result_ref=body.result_ref,
+                                          evidence=body.evidence, scope=_scope(request))
+    except services.NotInScope:
+        raise no_such_job() from None
     return _result(job_id, attempt, request.auth)
 
 

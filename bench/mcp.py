@@ -4,11 +4,14 @@ The upstream is examples/mcp_notes_server.py (Streamable HTTP, stateless) on the
 the gateway is `manage.py mcp_gateway` on the world's database. Each client is a process of its
 own holding one SDK client session and calling `create_note` (a side-effecting, journaled tool)
 in a loop; the direct and the gateway runs alternate, so load from elsewhere falls on both alike.
+Beside rates and latencies, the CPU milliseconds each call cost the clients, the gateway, the
+upstream and PostgreSQL (clients/gateway/upstream/postgres), which other load does not move much.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -16,6 +19,7 @@ import uuid
 
 from django.db import connections
 
+from bench.drain import _tree_cpu
 from chaos.world import ROOT, Worker, World, answers, wait_until
 from sandbox.testing import free_port
 
@@ -61,6 +65,19 @@ def _client_loop(url: str, token: str, tool: str, seconds: float, queue) -> None
         queue.put(exc)
 
 
+def _cpu(world: World, gateway: Worker, upstream: Worker) -> dict[str, float]:
+    """CPU seconds so far of the client processes (this process's children), the gateway, the
+    upstream and PostgreSQL: the 4-client rate is bound by the CPU a call costs on these two cores."""
+    own = os.times()
+    return {"clients": own.children_user + own.children_system, "gateway": _tree_cpu(gateway.process.pid),
+            "upstream": _tree_cpu(upstream.process.pid), "postgres": _tree_cpu(world.cluster.postmaster_pid())}
+
+
+def _cpu_ms_per_call(before: dict, after: dict, calls: int) -> str:
+    """clients/gateway/upstream/postgres CPU milliseconds per call."""
+    return "/".join(f"{(after[name] - before[name]) * 1000 / max(calls, 1):.2f}" for name in before)
+
+
 def _run(url: str, token: str, tool: str, clients: int, seconds: float) -> dict:
     connections.close_all()
     context = multiprocessing.get_context("fork")
@@ -75,7 +92,7 @@ def _run(url: str, token: str, tool: str, clients: int, seconds: float) -> dict:
     if failed:
         raise failed[0]
     latencies = sorted(x for r in results for x in r)
-    return {"calls_per_s": round(len(latencies) / seconds, 1),
+    return {"calls": len(latencies), "calls_per_s": round(len(latencies) / seconds, 1),
             "p50_ms": round(statistics.median(latencies) * 1000, 2),
             "p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2)}
 
@@ -92,27 +109,33 @@ def mcp_calls(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
 
     port = free_port()
     upstream_url = f"http://127.0.0.1:{port}/mcp"
-    world.workers.append(Worker(world, "mcp-upstream", {}, [sys.executable, str(SERVER), "--db",
-                                                           str(world.workdir / "notes.sqlite3"), "--port", str(port)]))
+    upstream = Worker(world, "mcp-upstream", {}, [sys.executable, str(SERVER), "--db",
+                                                  str(world.workdir / "notes.sqlite3"), "--port", str(port)])
+    world.workers.append(upstream)
     wait_until(lambda: _listening(port), timeout=60, what="the upstream MCP server to listen")
     actions = world.workdir / "mcp-actions.toml"
     actions.write_text(ACTIONS.format(url=upstream_url))
     gateway_port = free_port()
-    world.workers.append(Worker(world, "mcp-gateway", {"RECKON_ACTIONS_FILE": str(actions), "RECKON_DEBUG": "false",
-                                                       "RECKON_SECRET_KEY": uuid.uuid4().hex * 2},
-                                [sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(gateway_port)]))
+    gateway = Worker(world, "mcp-gateway", {"RECKON_ACTIONS_FILE": str(actions), "RECKON_DEBUG": "false",
+                                            "RECKON_SECRET_KEY": uuid.uuid4().hex * 2},
+                     [sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(gateway_port)])
+    world.workers.append(gateway)
     wait_until(lambda: answers(f"http://127.0.0.1:{gateway_port}/healthz"), timeout=60,
                what="the MCP gateway to answer")
     token = worker_token_create(name="bench-agent", tenants=["bench"], actions=["*"]).token
     gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"
     rows = []
     for count in clients:
+        cpu = _cpu(world, gateway, upstream)
         direct = _run(upstream_url, token, "create_note", count, seconds)
+        cpu_direct = _cpu_ms_per_call(cpu, cpu := _cpu(world, gateway, upstream), direct["calls"])
         through = _run(gateway_url, token, "notes.create_note", count, seconds)
+        cpu_through = _cpu_ms_per_call(cpu, _cpu(world, gateway, upstream), through["calls"])
         rows.append({"clients": count, "direct_calls_per_s": direct["calls_per_s"],
                      "gateway_calls_per_s": through["calls_per_s"],
                      "ratio": round(through["calls_per_s"] / max(direct["calls_per_s"], 0.001), 2),
                      "direct_p50_ms": direct["p50_ms"], "gateway_p50_ms": through["p50_ms"],
                      "added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 2),
-                     "added_p95_ms": round(through["p95_ms"] - direct["p95_ms"], 2)})
+                     "added_p95_ms": round(through["p95_ms"] - direct["p95_ms"], 2),
+                     "cpu_ms_per_call_direct": cpu_direct, "cpu_ms_per_call_gateway": cpu_through})
     return rows

@@ -33,8 +33,7 @@ from ledger.services import (
     Lease,
     LedgerError,
     StaleLease,
-    begin_side_effect,
-    claim_job,
+    claim_and_begin,
     enqueue_job,
     latest_attempt,
     lock_job,
@@ -130,7 +129,7 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
     with transaction.atomic():
         try:
             job = enqueue_job(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
-                              actor=agent, actor_type=ActorType.WORKER)
+                              actor=agent, actor_type=ActorType.WORKER, dispatch=False)
         except JobConflict:
             raise Refused(f"the idempotency key of this call ({made_of}) was used before with other arguments: "
                           f"refused, nothing called; job {job_id}") from None
@@ -146,8 +145,7 @@ def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken) 
             return _hold_for_approval(job.job_id, policy, agent, token)
     if job.status == JobStatus.PENDING:
         try:
-            lease = claim_job(job_id=job.job_id, worker=agent)
-            begin_side_effect(lease=lease)
+            lease = claim_and_begin(job_id=job.job_id, worker=agent)
         except GateClosed as exc:
             return Answer.saying(f"not called: {exc}; call again later", job=job)
         except ClaimRefused as exc:

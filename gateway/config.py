@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from ledger.actions import Action, declared_action, register
@@ -257,4 +258,7 @@ def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:
         # The first attempt is closed unrun when approval is asked; the approved one follows it.
         declaration["max_attempts"] = declaration.get("max_attempts", 3) + 1
     action = parse_action(policy.action, declaration, source=source)
-    return Action(**{**action.__dict__, "source": f"{source} (MCP upstream {policy.upstream})"})
+    # An upstream that ignores the cancel may still be running a call the gateway gave up on: the
+    # reconciler's first look waits the tool's timeout after the call became unknown.
+    return Action(**{**action.__dict__, "source": f"{source} (MCP upstream {policy.upstream})",
+                     "first_look_after": timedelta(seconds=policy.timeout)})

@@ -114,6 +114,10 @@ class Action:
     # How an operator checks by hand whether the effect happened (a few lines, shown beside the
     # decision on the job page), for when the reconciler cannot tell.
     check_by_hand: str = ""
+    # How long an attempt that became unknown waits for the reconciler's first look: the provider
+    # may still be carrying out a call the worker gave up on (an MCP upstream that ignores the
+    # cancel runs the tool to its end), and a look before it ends could find nothing and replay it.
+    first_look_after: timedelta = timedelta(0)
     # Where the action was declared (the actions file, or a module), for `manage.py actions`.
     source: str = ""
 

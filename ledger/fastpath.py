@@ -1,4 +1,6 @@
-"""The worker loop's three ordinary steps as database functions, generated from ledger/states.py.
+"""The worker loop's three ordinary steps as database functions, generated from ledger/states.py,
+and the plumbing that calls them (the last section): the one statement per step that every door
+(the worker service, the HTTP API, the MCP gateway) reaches through ledger.services.worker.
 
 claim -> begin side effect -> record success is the ledger's hot path. Each function does what
 the Python transition (ledger.services.worker) does for the ordinary case, in one round trip:
@@ -15,8 +17,15 @@ its output changes, tests/ledger/test_fast_path.py fails and names the migration
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
+import psycopg
+from django.conf import settings
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+from ledger.actions import registered_actions
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.transitions import snapshot
 from ledger.states import (
@@ -248,3 +257,147 @@ BEGIN
     {recorded}
     RETURN NEXT a;
 END """)  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
+
+
+# -- calling them: one statement per step ----------------------------------------------------------
+#
+# Each step's statement names the job by id and may carry a scope (the tenants and actions a
+# caller may act for: the API's token); a job outside the scope is never handed to the function.
+# begin and succeed name the attempt by id, or (the API, which knows only the fencing token) by the
+# token it was leased with. A statement returns the function's row, or no row having changed
+# nothing: the caller (ledger.services.worker) then takes the Python path, which decides and records.
+
+LEASE_COLUMNS = ("id", "number", "lease_owner", "lease_token", "lease_expires_at")  # Lease's fields after job_id
+ATTEMPT_FIELDS = [field.attname for field in Attempt._meta.concrete_fields]
+ATTEMPT_SELECT = ", ".join(f"a.{field.column}" for field in Attempt._meta.concrete_fields)
+OBSERVED_IDENTITY = Attempt._meta.get_field("observed_identity")
+# What a claim's answer shows of the job: fields a claim never changes, read with the claim.
+JOB_FIELDS = ("job_id", "tenant", "action", "payload", "identity", "idempotency_key", "created_at")
+
+IN_SCOPE = ("(%(tenants)s::text[] IS NULL OR j.tenant = ANY(%(tenants)s::text[])) "
+            "AND (%(actions)s::text[] IS NULL OR j.action = ANY(%(actions)s::text[]))")
+ATTEMPT = ("coalesce(%(attempt)s::bigint, "
+           "(SELECT id FROM ledger_attempt WHERE job_id = j.id AND lease_token = %(token)s))")
+
+STATEMENTS = {
+    "claim": f"""
+SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
+       {", ".join(f"a.{column}" for column in LEASE_COLUMNS)}
+FROM ledger_job j CROSS JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, %(own)s) a
+WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # column and table names from the models; every value is a bound parameter
+    # A caller that begins the side effect as soon as it holds the lease (the MCP gateway): both
+    # functions in one statement, the claim not on its own (so its commit waits for the WAL flush,
+    # as begin's must); begin sees what the claim wrote (each runs its statements on a new snapshot).
+    "claim_begin": f"""
+SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
+       {", ".join(f"c.{column}" for column in LEASE_COLUMNS)}, b.id
+FROM ledger_job j CROSS JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, false) c
+LEFT JOIN LATERAL reckon_begin(j.job_id, c.id, %(worker)s, c.lease_token, %(ttls)s, %(sent_to)s) b ON true
+WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # as above
+    "begin": f"""
+SELECT {ATTEMPT_SELECT} FROM ledger_job j
+CROSS JOIN LATERAL reckon_begin(j.job_id, {ATTEMPT}, %(owner)s, %(token)s, %(ttls)s, %(sent_to)s) a
+WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # as above
+    "succeed": f"""
+SELECT {ATTEMPT_SELECT} FROM ledger_job j
+CROSS JOIN LATERAL reckon_succeed(j.job_id, {ATTEMPT}, %(owner)s, %(token)s, %(result_ref)s, %(evidence)s) a
+WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # as above
+}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Tenants and actions a caller may act for; None: all."""
+
+    tenants: Collection[str] | None = None
+    actions: Collection[str] | None = None
+
+    def covers(self, *, tenant: str, action: str) -> bool:
+        return ((self.tenants is None or tenant in self.tenants)
+                and (self.actions is None or action in self.actions))
+
+    def params(self) -> dict:
+        return {"tenants": None if self.tenants is None else list(self.tenants),
+                "actions": None if self.actions is None else list(self.actions)}
+
+
+EVERYTHING = Scope()
+
+
+def claim(*, job_id: str, worker: str, scope: Scope = EVERYTHING) -> tuple[Job, tuple] | None:
+    """reckon_claim on a job in scope: the job as the claim left it (running) and the lease's
+    columns (LEASE_COLUMNS), or None."""
+    row = run_step("claim", {"job": job_id, "worker": worker, "ttls": ungated_actions(),
+                             "own": not connection.in_atomic_block, **scope.params()})
+    return None if row is None else _claimed(row)
+
+
+def _claimed(row: tuple) -> tuple[Job, tuple]:
+    values = dict(zip(JOB_FIELDS, row, strict=False))
+    for name in ("payload", "identity"):
+        values[name] = Job._meta.get_field(name).from_db_value(values[name], None, connection)
+    job = Job(**values, status=JobStatus.RUNNING, updated_at=row[len(JOB_FIELDS)])
+    return job, tuple(row[len(JOB_FIELDS) + 1:])
+
+
+def claim_begin(*, job_id: str, worker: str, sent_to: str, scope: Scope = EVERYTHING) -> tuple[Job, tuple, bool] | None:
+    """reckon_claim then reckon_begin in one statement: the job, the lease's columns, and whether
+    the side effect was begun (a claim that begin declined is still a claim); None: not claimed."""
+    row = run_step("claim_begin", {"job": job_id, "worker": worker, "ttls": ungated_actions(), "sent_to": sent_to,
+                                   **scope.params()})
+    if row is None:
+        return None
+    job, leased = _claimed(row[:-1])
+    return job, leased, row[-1] is not None
+
+
+def begin(*, job_id: str, attempt_id: int | None, owner: str, token: int, sent_to: str,
+          scope: Scope = EVERYTHING) -> Attempt | None:
+    """reckon_begin; `sent_to` as the attempt keeps it (ledger.endpoints.recorded)."""
+    return _attempt(run_step("begin", {"job": job_id, "attempt": attempt_id, "owner": owner, "token": token,
+                                       "ttls": ungated_actions(), "sent_to": sent_to, **scope.params()}))
+
+
+def succeed(*, job_id: str, attempt_id: int | None, owner: str, token: int, result_ref: str,
+            evidence: dict | None, scope: Scope = EVERYTHING) -> Attempt | None:
+    return _attempt(run_step("succeed", {"job": job_id, "attempt": attempt_id, "owner": owner, "token": token,
+                                         "result_ref": result_ref, "evidence": Jsonb(evidence or {}),
+                                         **scope.params()}))
+
+
+def run_step(step: str, params: dict) -> tuple | None:
+    """The step's statement, the one way to its database function (tests watch this function)."""
+    return fetch_row(STATEMENTS[step], params)
+
+
+def fetch_row(sql: str, params) -> tuple | None:
+    """One row of a statement, bound server-side, so psycopg prepares it after a few calls on a
+    connection (DATABASES OPTIONS prepare_threshold): no parsing or planning per call, and no
+    quoting of values in Python."""
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _attempt(row: tuple | None) -> Attempt | None:
+    if row is None:
+        return None
+    attempt = Attempt.from_db(connection.alias, ATTEMPT_FIELDS, row)
+    attempt.observed_identity = OBSERVED_IDENTITY.from_db_value(attempt.observed_identity, None, connection)
+    return attempt
+
+
+def ungated_actions() -> Jsonb:
+    """Actions the dead-man gate never holds, with their lease TTLs: the functions take only these."""
+    gated = bool(settings.RECKON_GATE_BOUND_S)
+    return Jsonb({
+        action.name: action.lease_ttl.total_seconds()
+        for action in registered_actions()
+        if action.reversible or not gated
+    })

@@ -7,9 +7,9 @@ Refusals (a duplicate delivery, a late write) are recorded too: the event is com
 caller gets a clear exception.
 
     jobs.py         enqueue_job
-    worker.py       the worker loop's steps: claim, renew, verify identity, begin, results
+    worker.py       the worker loop's steps: claim, renew, verify identity, begin, results (one function
+                    per step for every caller; the ordinary case through ledger.fastpath)
     pulling.py      claim the next job in a scope (workers over HTTP that know no job id)
-    scoped.py       the ordinary steps with the API's scope check and lease lookup, in one round trip
     claimable.py    the NOTIFY that wakes those workers when jobs become claimable
     sweeper.py      expired leases and stranded deliveries
     gate.py         the dead-man gate's release of the work it held
@@ -32,6 +32,7 @@ from ledger.services.errors import (
     InvalidJob,
     JobConflict,
     LedgerError,
+    NotInScope,
     StaleLease,
 )
 from ledger.services.gate import complete_pass, release_gated_jobs
@@ -54,8 +55,10 @@ from ledger.services.transitions import (
 from ledger.services.worker import (
     Lease,
     begin_side_effect,
+    claim_and_begin,
     claim_job,
     identity_mismatch,
+    lease_named,
     record_failure,
     record_success,
     record_unknown,
@@ -75,9 +78,11 @@ __all__ = [
     "JobConflict",
     "Lease",
     "LedgerError",
+    "NotInScope",
     "StaleLease",
     "SweepResult",
     "begin_side_effect",
+    "claim_and_begin",
     "claim_for_reconciliation",
     "claim_job",
     "claim_next_job",
@@ -89,6 +94,7 @@ __all__ = [
     "insert_objects",
     "latest_attempt",
     "latest_attempts",
+    "lease_named",
     "lock_job",
     "lock_jobs",
     "record_failure",

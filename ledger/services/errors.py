@@ -30,3 +30,7 @@ class IdentityMismatch(LedgerError):
 
 class GateClosed(LedgerError):
     """The dead-man gate holds irreversible side effects; the attempt went back to the queue."""
+
+
+class NotInScope(LedgerError):
+    """The job is outside the caller's scope of tenants and actions (or does not exist): untouched."""

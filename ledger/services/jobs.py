@@ -27,9 +27,12 @@ def enqueue_job(
     identity=None,
     actor: str = "system",
     actor_type: str = ActorType.SYSTEM,
+    dispatch: bool = True,
 ) -> Job:
     """Create a job and its first attempt; idempotent on `job_id`. The job returned says whether
-    this call created it (`created_now`): of many concurrent identical enqueues, exactly one did."""
+    this call created it (`created_now`): of many concurrent identical enqueues, exactly one did.
+    `dispatch=False`: the caller claims the job itself at once (the MCP gateway), so no worker is
+    handed it or woken for it."""
     job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
     try:
         validate_job_id(job_id)
@@ -57,7 +60,8 @@ def enqueue_job(
                 attempt = batch.open_attempt(job, 1)
                 batch.record_event(job, attempt, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUED,
                                    before={}, after=snapshot(job, attempt))
-                batch.dispatch_run(job)
+                if dispatch:
+                    batch.dispatch_run(job)
             job.created_now = True
             return job
     except IntegrityError:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-import psycopg
 from django.db import connection, transaction
 
+from ledger.fastpath import LEASE_COLUMNS, fetch_row, ungated_actions
 from ledger.models import Job
 from ledger.services.errors import ClaimRefused
-from ledger.services.worker import LEASE_COLUMNS, Lease, _ungated_actions, claim_job
+from ledger.services.worker import Lease, claim_job
 from ledger.states import JobStatus
 
 # Candidates a claim may pass over (each refusal recorded) before it answers "nothing for now".
@@ -30,7 +30,7 @@ MAX_PASSED_OVER = 20
 # claimed by claim_job's own database function (reckon_claim, ledger/fastpath.py). A row with no
 # lease means the function left the candidate to the Python path (the gate, for one).
 ONE_ROUND_TRIP = f"""
-SELECT candidate.job_id, {", ".join(f"leased.{column}" for column in LEASE_COLUMNS.split(", "))}
+SELECT candidate.job_id, {", ".join(f"leased.{column}" for column in LEASE_COLUMNS)}
 FROM (
     SELECT job_id FROM {Job._meta.db_table}
     WHERE status = %s AND NOT recovery_pending AND gated_at IS NULL
@@ -71,13 +71,8 @@ def _in_one_round_trip(worker: str, actions, tenants):
     """A Lease; None when nothing is claimable; DECLINED when the Python path must decide."""
     actions = None if actions is None else list(actions)
     tenants = None if tenants is None else list(tenants)
-    connection.ensure_connection()
-    # Bound server-side, so psycopg prepares it after a few calls (as worker.py's steps are).
-    raw = psycopg.Cursor(connection.connection)
-    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(ONE_ROUND_TRIP, [JobStatus.PENDING.value, actions, actions, tenants, tenants, worker,
-                                        _ungated_actions()])
-        row = cursor.fetchone()
+    row = fetch_row(ONE_ROUND_TRIP, [JobStatus.PENDING.value, actions, actions, tenants, tenants, worker,
+                                     ungated_actions()])
     if row is None:
         return None
     job_id, *leased = row

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 
+from ledger.actions import declared_action
 from ledger.models import Attempt, Job
 from ledger.services.gate import complete_pass
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
@@ -105,10 +106,20 @@ def expire_lease(
                 "whether it happened is unknown"
             )
             batch.transition(job, attempt, **common, kind=EventKind.LEASE_EXPIRED_UNKNOWN,
-                             job_status=JobStatus.NEEDS_RECONCILIATION, execution_state=Execution.UNKNOWN,
-                             side_effect_state=SideEffect.AMBIGUOUS, error=note, note=note)
+                             job_status=JobStatus.NEEDS_RECONCILIATION, job_fields=first_look(job),
+                             execution_state=Execution.UNKNOWN, side_effect_state=SideEffect.AMBIGUOUS,
+                             error=note, note=note)
             return None
         note = f"lease of {attempt.lease_owner} expired before any side effect; safe to run again"
         batch.transition(job, attempt, **common, kind=EventKind.LEASE_EXPIRED_RECLAIMED,
                          execution_state=Execution.FAILED, error=note, note=note)
         return batch.open_next_attempt(job, attempt, actor=actor, actor_type=actor_type, dispatch=dispatch)
+
+
+def first_look(job: Job) -> dict:
+    """The job fields that schedule the reconciler's first look at an attempt becoming unknown now
+    (locked `job`, with the database clock): not before its action's `first_look_after`."""
+    action = declared_action(job.action)
+    if action is None or not action.first_look_after:
+        return {}
+    return {"next_check_at": job.db_now + action.first_look_after}

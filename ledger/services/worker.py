@@ -2,20 +2,23 @@
 
 Writes after the claim are compare-and-sets on the lease's owner and fencing token; a stale
 one changes nothing, records `late_write_rejected`, and raises StaleLease.
+
+Each step is one function, whoever calls it (a django-q2 worker, the HTTP API, the MCP gateway):
+claim, begin and success first try their database function in one round trip (ledger.fastpath),
+and take the Python path below when it declines. A caller acting within a scope of tenants and
+actions (the API's token) passes it: a job outside it is refused as NotInScope, untouched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-import psycopg
-from django.conf import settings
 from django.db import connection, transaction
-from psycopg.types.json import Jsonb
 
-from ledger import endpoints
-from ledger.actions import get_action, policy_of, registered_actions
+from ledger import endpoints, fastpath
+from ledger.actions import get_action, policy_of
+from ledger.fastpath import EVERYTHING, Scope
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import kept_time
@@ -25,10 +28,11 @@ from ledger.services.errors import (
     IdentityMismatch,
     InvalidJob,
     LedgerError,
+    NotInScope,
     StaleLease,
 )
 from ledger.services.jobs import json_object
-from ledger.services.sweeper import expire_lease
+from ledger.services.sweeper import expire_lease, first_look
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
 from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
 
@@ -38,11 +42,13 @@ class Lease:
     """What a claim hands the worker: every later write is a compare-and-set on owner and token."""
 
     job_id: str
-    attempt_id: int
-    attempt_number: int
+    attempt_id: int | None  # None: the attempt leased with `token` (a caller that knows only the token)
+    attempt_number: int | None
     owner: str
     token: int
-    expires_at: datetime
+    expires_at: datetime | None
+    # The job as the claim left it, when the claim's statement read it (the API answers with it).
+    job: Job | None = field(default=None, compare=False, repr=False)
 
 
 RECOVERY_REFUSAL = (
@@ -51,11 +57,13 @@ RECOVERY_REFUSAL = (
 )
 
 
-def claim_job(*, job_id: str, worker: str) -> Lease:
+def claim_job(*, job_id: str, worker: str, scope: Scope = EVERYTHING) -> Lease:
     """Lease the job's queued attempt for `worker`, with the next fencing token."""
-    leased = _call_step("reckon_claim", LEASE_COLUMNS, job_id, worker, _ungated_actions(), not connection.in_atomic_block)
-    if leased is not None:
-        return Lease(job_id, *leased)
+    claimed = fastpath.claim(job_id=job_id, worker=worker, scope=scope)
+    if claimed is not None:
+        job, leased = claimed
+        return Lease(job_id, *leased, job=job)
+    check_scope(job_id, scope)
     refusal: ClaimRefused | None = None
     with transaction.atomic():
         job = lock_job(job_id=job_id)
@@ -209,17 +217,17 @@ def identity_mismatch(binding: dict, observed: dict | None) -> str:
     )
 
 
-def begin_side_effect(*, lease: Lease, sent_to: str | None = None) -> Attempt:
+def begin_side_effect(*, lease: Lease, sent_to: str | None = None, scope: Scope = EVERYTHING) -> Attempt:
     """Compare-and-set to `submitted`: only after this may the caller touch the outside world.
 
     `sent_to`: where the effect is about to go (the provider's endpoint or account, as this worker
     is configured; ledger.endpoints), recorded on the attempt for the reconciler to compare."""
     sent_to = recorded_sent_to(sent_to)
-    attempt = _one_round_trip(
-        "reckon_begin", lease.job_id, lease.attempt_id, lease.owner, lease.token, _ungated_actions(), sent_to
-    )
+    attempt = fastpath.begin(job_id=lease.job_id, attempt_id=lease.attempt_id, owner=lease.owner,
+                             token=lease.token, sent_to=sent_to, scope=scope)
     if attempt is not None:
         return attempt
+    lease = resolved(lease, scope)
 
     def begin(job: Job, attempt: Attempt) -> str:
         if job.recovery_pending:
@@ -248,6 +256,23 @@ def begin_side_effect(*, lease: Lease, sent_to: str | None = None) -> Attempt:
     return attempt
 
 
+def claim_and_begin(*, job_id: str, worker: str, sent_to: str | None = None, scope: Scope = EVERYTHING) -> Lease:
+    """claim_job then begin_side_effect, for a caller that begins the effect as soon as it holds the
+    lease (the MCP gateway): in the ordinary case both in one round trip, committed durably (the
+    caller's transaction, or this statement's own), otherwise each step's own way."""
+    sent_to = recorded_sent_to(sent_to)
+    claimed = fastpath.claim_begin(job_id=job_id, worker=worker, sent_to=sent_to, scope=scope)
+    if claimed is None:
+        lease = claim_job(job_id=job_id, worker=worker, scope=scope)
+    else:
+        job, leased, begun = claimed
+        lease = Lease(job_id, *leased, job=job)
+        if begun:
+            return lease
+    begin_side_effect(lease=lease, sent_to=sent_to, scope=scope)
+    return lease
+
+
 def recorded_sent_to(endpoint: str | None) -> str:
     """`endpoint` as the attempt keeps it (ledger.endpoints.recorded); a bad one is refused."""
     try:
@@ -256,58 +281,46 @@ def recorded_sent_to(endpoint: str | None) -> str:
         raise InvalidJob(str(exc)) from None
 
 
-def _one_round_trip(function: str, *args) -> Attempt | None:
-    """The ordinary case of a step, done by its database function in one round trip
-    (generated from ledger/states.py by ledger/fastpath.py; installed by migration 0005).
-
-    The function locks the job, checks exactly what the Python path checks for this case, and
-    writes the attempt, the job and the event; it returns the changed attempt. Anything else
-    (a refusal, a stale lease, an expired lease to reclaim, the gate, recovery) changes nothing
-    and returns no row, and the caller goes on with the general path, which records it.
-    """
-    return attempt_from_row(_call_step(function, ATTEMPT_COLUMNS, *args))
+def check_scope(job_id: str, scope: Scope) -> None:
+    """Refuse a job outside `scope` (or no job at all) before the Python path touches anything."""
+    if scope is EVERYTHING:
+        return
+    found = Job.objects.filter(job_id=job_id).values_list("tenant", "action").first()
+    if found is None or not scope.covers(tenant=found[0], action=found[1]):
+        raise NotInScope(f"no job {job_id!r} in scope")
 
 
-def attempt_from_row(row: tuple | None) -> Attempt | None:
-    """The Attempt a step's statement returned (its columns in ATTEMPT_FIELDS order), or None."""
-    if row is None:
-        return None
-    attempt = Attempt.from_db(connection.alias, ATTEMPT_FIELDS, row)
-    attempt.observed_identity = OBSERVED_IDENTITY.from_db_value(attempt.observed_identity, None, connection)
-    return attempt
+# The attempt that issued a fencing token; for a token this job never issued, its latest attempt
+# (the step judges the lease against it, and records that).
+LEASE_LOOKUP = """
+SELECT j.tenant, j.action, a.id, a.number, a.lease_expires_at
+FROM ledger_job j CROSS JOIN LATERAL (
+    SELECT id, number, lease_expires_at FROM ledger_attempt WHERE job_id = j.id
+    ORDER BY lease_token = %s DESC NULLS LAST, number DESC LIMIT 1
+) a
+WHERE j.job_id = %s
+"""
 
 
-def _call_step(function: str, columns: str, *args) -> tuple | None:
-    """SELECT columns FROM function(args)."""
-    return fetch_step_row(f"SELECT {columns} FROM {function}({', '.join(['%s'] * len(args))})", args)  # nosec B608  # function and column list are module constants; arguments bound
+def lease_named(*, job_id: str, owner: str, token: int, scope: Scope = EVERYTHING) -> Lease:
+    """The Lease a caller that knows only the job, its name and the fencing token holds, on a job
+    in `scope` (NotInScope otherwise), read in one query; each step checks it under the job's lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(LEASE_LOOKUP, [token, job_id])
+        row = cursor.fetchone()
+    if row is None or not scope.covers(tenant=row[0], action=row[1]):
+        raise NotInScope(f"no job {job_id!r} in scope")
+    _, _, attempt_id, number, expires_at = row
+    return Lease(job_id=job_id, attempt_id=attempt_id, attempt_number=number, owner=owner, token=token,
+                 expires_at=expires_at)
 
 
-def fetch_step_row(sql: str, params) -> tuple | None:
-    """One row of a step's statement, bound server-side, so psycopg prepares it after a few calls
-    on a connection (DATABASES OPTIONS prepare_threshold): no parsing or planning per call, and no
-    quoting of values in Python."""
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-
-
-# What a claim returns: Lease's fields after job_id, in order.
-LEASE_COLUMNS = "id, number, lease_owner, lease_token, lease_expires_at"
-ATTEMPT_FIELDS = [field.attname for field in Attempt._meta.concrete_fields]
-ATTEMPT_COLUMNS = ", ".join(field.column for field in Attempt._meta.concrete_fields)
-OBSERVED_IDENTITY = Attempt._meta.get_field("observed_identity")
-
-
-def _ungated_actions() -> Jsonb:
-    """Actions the dead-man gate never holds, with their lease TTLs: the fast path takes only these."""
-    gated = bool(settings.RECKON_GATE_BOUND_S)
-    return Jsonb({
-        action.name: action.lease_ttl.total_seconds()
-        for action in registered_actions()
-        if action.reversible or not gated
-    })
+def resolved(lease: Lease, scope: Scope) -> Lease:
+    """`lease` with its attempt named, for the Python path; its job checked against `scope`."""
+    if lease.attempt_id is None:
+        return lease_named(job_id=lease.job_id, owner=lease.owner, token=lease.token, scope=scope)
+    check_scope(lease.job_id, scope)
+    return lease
 
 
 def _gate_for(job: Job):
@@ -317,14 +330,14 @@ def _gate_for(job: Job):
     return gate_status()
 
 
-def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None = None) -> Attempt:
+def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None = None,
+                   scope: Scope = EVERYTHING) -> Attempt:
     """The provider confirmed the effect."""
-    attempt = _one_round_trip(
-        "reckon_succeed", lease.job_id, lease.attempt_id, lease.owner, lease.token, result_ref,
-        Jsonb(evidence or {}),
-    )
+    attempt = fastpath.succeed(job_id=lease.job_id, attempt_id=lease.attempt_id, owner=lease.owner,
+                               token=lease.token, result_ref=result_ref, evidence=evidence, scope=scope)
     if attempt is not None:
         return attempt
+    lease = resolved(lease, scope)
 
     def succeed(job: Job, attempt: Attempt) -> None:
         if attempt.side_effect_state != SideEffect.SUBMITTED:
@@ -363,7 +376,8 @@ def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -
         if attempt.side_effect_state != SideEffect.SUBMITTED:
             raise LedgerError("record_unknown before begin_side_effect: nothing can have happened")
         transition(job, attempt, **_by(lease), kind=EventKind.OBSERVATION_LOST,
-                   job_status=JobStatus.NEEDS_RECONCILIATION, delivery_state=Delivery.ACKNOWLEDGED,
+                   job_status=JobStatus.NEEDS_RECONCILIATION, job_fields=first_look(job),
+                   delivery_state=Delivery.ACKNOWLEDGED,
                    execution_state=Execution.UNKNOWN, side_effect_state=SideEffect.AMBIGUOUS, error=reason,
                    note=reason, evidence=evidence)
 

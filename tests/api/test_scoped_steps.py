@@ -1,5 +1,6 @@
-"""The API's claim, begin and success in one statement (ledger/services/scoped.py): what they
-answer is what the ledger holds, and whatever the statement leaves alone goes the general way."""
+"""The API's claim, begin and success in one statement (the step functions every caller uses,
+ledger/services/worker.py, given the token's scope): what they answer is what the ledger holds,
+and whatever the statement leaves alone goes the general way."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import services
+from ledger import fastpath, services
 from ledger.models import Job
 from tests.api.conftest import ApiClient, event_count, issue, lease_body, ledger_state
 from tests.conftest import event_kinds, make_job
@@ -78,3 +79,53 @@ def test_no_step_function_runs_on_a_job_outside_the_scope(scope):
         answer = outsider.post(f"/api/v1/jobs/{path}", body)
         assert (answer.status, answer.json["error"]["code"]) == (404, "not_found")
     assert ledger_state() == before and event_count() == events
+
+
+def _through_the_one_door(monkeypatch) -> list[str]:
+    """Each step that reaches a database function, as ledger.fastpath.run_step saw it."""
+    steps, run_step = [], fastpath.run_step
+
+    def watched(step, params):
+        steps.append(step)
+        return run_step(step, params)
+
+    monkeypatch.setattr(fastpath, "run_step", watched)
+    return steps
+
+
+def _functions_called(captured) -> list[str]:
+    return [name for query in captured.captured_queries for name in ("reckon_claim", "reckon_begin", "reckon_succeed")
+            if f"{name}(" in (query["sql"] or "")]
+
+
+def test_the_worker_service_and_the_api_take_each_step_through_the_same_function(api, monkeypatch):
+    steps = _through_the_one_door(monkeypatch)
+    make_job("door-worker")
+    make_job("door-api")
+
+    with CaptureQueriesContext(connection) as in_process:
+        lease = services.claim_job(job_id="door-worker", worker="w")
+        services.begin_side_effect(lease=lease)
+        services.record_success(lease=lease, result_ref="r")
+    assert steps == ["claim", "begin", "succeed"] == [f.removeprefix("reckon_") for f in _functions_called(in_process)]
+
+    steps.clear()
+    with CaptureQueriesContext(connection) as over_http:
+        claimed = api.post("/api/v1/jobs/door-api/claim", {"worker": "w"}).json
+        api.post("/api/v1/jobs/door-api/lease/begin", lease_body(claimed))
+        api.post("/api/v1/jobs/door-api/lease/success", lease_body(claimed))
+    assert steps == ["claim", "begin", "succeed"] == [f.removeprefix("reckon_") for f in _functions_called(over_http)]
+    assert event_kinds("door-worker") == event_kinds("door-api") == [
+        "enqueued", "claimed", "side_effect_started", "succeeded"]
+
+
+def test_a_job_outside_the_tokens_scope_is_no_job_on_either_path_and_stays_untouched(monkeypatch):
+    make_job("door-other", tenant="globex")
+    other = ApiClient(issue(tenants=["acme"], name="acme-only"))
+    before = ledger_state()
+
+    assert other.post("/api/v1/jobs/door-other/claim", {"worker": "w"}).status == 404
+    monkeypatch.setattr(fastpath, "run_step", lambda step, params: None)  # the Python path decides
+    assert other.post("/api/v1/jobs/door-other/claim", {"worker": "w"}).status == 404
+    assert other.post("/api/v1/jobs/door-other/lease/begin", {"owner": "w", "fencing_token": 1}).status == 404
+    assert ledger_state() == before

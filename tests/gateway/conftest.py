@@ -153,8 +153,9 @@ def upstream(tmp_path_factory):
                              log_name="mcp-upstream").start()
     url = f"http://127.0.0.1:{port}/mcp"
     wait_for(lambda: answers(url), timeout=30, message="the upstream MCP server")
-    yield Upstream(process, url, db)
-    process.stop()
+    running = Upstream(process, url, db)
+    yield running
+    running.process.stop()  # the one running now: a test may have restarted it
 
 
 @pytest.fixture(scope="package")

@@ -5,14 +5,18 @@ not found → run again, undeclared tools, no token."""
 import urllib.error
 import urllib.request
 import uuid
+from datetime import timedelta
 
 import pytest
 
 from api.tokens import worker_token_create
+from ledger import services
 from ledger.models import Attempt, Job
+from ledger.services import ClockTimestamp
 from ledger.states import Execution, JobStatus, SideEffect
-from reconciliation.passes import reconcile_job
-from tests.conftest import event_kinds
+from reconciliation.models import ReconciliationCheck
+from reconciliation.passes import reconcile_due_jobs, reconcile_job
+from tests.conftest import event_kinds, expire_lease
 from tests.gateway.conftest import call, list_tools, text
 from tests.processes import wait_for
 
@@ -130,6 +134,52 @@ def test_a_call_found_not_to_have_happened_runs_again_on_the_next_call(gateway, 
     assert upstream.notes(name) == 1
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED and job.attempts.count() == 2
+
+
+def due(job: Job) -> bool:
+    return Job.objects.due_for_reconciliation(ClockTimestamp()).filter(pk=job.pk).exists()
+
+
+def test_the_reconcilers_first_look_at_an_unknown_call_waits_past_the_tools_timeout(gateway, upstream):
+    """An upstream that ignores the cancel still runs the call after the gateway gave up on it: a
+    look at once would find nothing, say not_found, and let the next call repeat the effect."""
+    token, name = acme_token(), title()
+    arguments = {"title": name, "body": "late", "hold": name}  # received; written only when released
+
+    lost = call(gateway.url, token, "notes.create_note", arguments)
+
+    assert "outcome unknown" in text(lost) and upstream.started(name)
+    job = only_job()
+    became_unknown = job.events.get(kind="observation_lost").at
+    # create_note's timeout (2 s), from the transaction that made it unknown (its clock read at the
+    # job's lock, a moment before the event's own time)
+    assert job.next_check_at - became_unknown > timedelta(seconds=1.5)
+    assert not due(job) and reconcile_due_jobs() == []
+    assert not ReconciliationCheck.objects.filter(job=job).exists()
+
+    upstream.release(name)  # meanwhile the upstream finishes the call the gateway gave up on
+    wait_for(lambda: upstream.notes(name) == 1, timeout=30, message="the late call to be written")
+    wait_for(lambda: due(job), timeout=30, message="the first look to fall due")
+    [decision] = reconcile_due_jobs()
+
+    assert (decision.job_id, decision.outcome) == (job.job_id, "confirmed")
+    again = call(gateway.url, token, "notes.create_note", arguments)
+    assert not again.is_error and again.meta["reckon/replay"] is True
+    assert upstream.notes(name) == 1
+
+
+def test_a_call_whose_gateway_vanished_is_first_looked_at_a_timeout_after_the_sweeper_found_it(actions_file):
+    job = services.enqueue_job(job_id=f"mcp-vanished-{uuid.uuid4().hex[:8]}", tenant="acme",
+                               action="mcp:notes.create_note", payload={"arguments": {"title": "t"}})
+    services.begin_side_effect(lease=services.claim_job(job_id=job.job_id, worker="mcp:gone"))
+    expire_lease(job)  # the gateway died mid-call: its lease ran out with the side effect submitted
+
+    assert job.job_id in services.sweep_expired_leases().unknown
+
+    job.refresh_from_db()
+    swept = job.events.get(kind="lease_expired_unknown").at
+    assert job.status == JobStatus.NEEDS_RECONCILIATION
+    assert job.next_check_at - swept > timedelta(seconds=1.5) and not due(job)
 
 
 def test_a_tool_error_is_a_definitive_failure_returned_to_the_agent(gateway, upstream):

@@ -24,7 +24,7 @@ from ledger import fastpath, services
 from ledger.actions import _registry
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
-from ledger.services import Lease, snapshot, worker
+from ledger.services import Lease, snapshot
 from ledger.states import Execution
 from reconciliation import decisions
 from reconciliation.recovery import hold_for_recovery
@@ -559,22 +559,22 @@ def a_second_success_of_a_finished_job(run):
 
 def _watched(calls: list):
     """The real step call; a call that returns no row must have changed nothing."""
-    call_step = worker._call_step
+    run_step = fastpath.run_step
 
-    def watched(function, columns, *args):
+    def watched(step, params):
         before = _ledger_rows()
-        row = call_step(function, columns, *args)
+        row = run_step(step, params)
         if row is None:
-            assert _ledger_rows() == before, f"{function} declined but changed the ledger"
-        calls.append(function.removeprefix("reckon_") + ("" if row is not None else ":declined"))
+            assert _ledger_rows() == before, f"{step} declined but changed the ledger"
+        calls.append(step + ("" if row is not None else ":declined"))
         return row
     return watched
 
 
 def _declining(calls: list):
     """The fast path returns no row: the general Python path does every step."""
-    def declining(function, columns, *args):
-        calls.append(function.removeprefix("reckon_") + ":declined")
+    def declining(step, params):
+        calls.append(step + ":declined")
     return declining
 
 
@@ -587,7 +587,7 @@ def test_the_functions_write_exactly_what_the_python_path_writes(name, monkeypat
         # Both runs start from the same empty ledger and end rolled back, so job ids, keys and
         # notes are identical; only ids, times and hashes can differ.
         with monkeypatch.context() as patched, transaction.atomic():
-            patched.setattr(worker, "_call_step", call_step(calls))
+            patched.setattr(fastpath, "run_step", call_step(calls))
             run = Run()
             steps(run)
             results[path] = (run.outcomes, _written(), calls)
@@ -621,6 +621,45 @@ def test_every_step_function_is_exercised_both_ways():
     assert done >= {"claim", "begin", "succeed", "claim:declined", "begin:declined", "succeed:declined"}
 
 
+def _two_steps(run: Run) -> Lease:
+    lease = run(services.claim_job, job_id="j", worker="w1")
+    run(services.begin_side_effect, lease=lease)
+    return lease
+
+
+def _one_statement(run: Run) -> Lease:
+    return run(services.claim_and_begin, job_id="j", worker="w1")
+
+
+@pytest.mark.parametrize("way", ["fast", "python"])
+def test_claim_and_begin_in_one_statement_writes_what_the_two_steps_write(way, monkeypatch):
+    written, calls = {}, {}
+    for name, claim_and_begin in (("two steps", _two_steps), ("one statement", _one_statement)):
+        seen = calls[name] = []
+        with monkeypatch.context() as patched, transaction.atomic():
+            patched.setattr(fastpath, "run_step", (_watched if way == "fast" else _declining)(seen))
+            make_job("j")
+            run = Run()
+            lease = claim_and_begin(run)
+            run(services.record_success, lease=lease, result_ref="r")
+            written[name] = _written()
+            transaction.set_rollback(True)
+    assert _differences(written["one statement"], written["two steps"]) == []
+    if way == "fast":
+        assert (calls["two steps"], calls["one statement"]) == (["claim", "begin", "succeed"], ["claim_begin", "succeed"])
+
+
+def test_a_claim_whose_begin_the_statement_declines_stays_claimed_and_begin_says_why():
+    make_job("j", identity={"account": "a"})  # begin waits for the identity to be verified
+
+    with pytest.raises(services.LedgerError, match="verify it before any side effect"):
+        services.claim_and_begin(job_id="j", worker="w1")
+
+    attempt = latest_attempt("j")
+    assert (attempt.execution_state, attempt.side_effect_state, attempt.lease_owner) == (
+        Execution.RUNNING, "not_attempted", "w1")
+
+
 # -- the fast path's own properties ---------------------------------------------------------------
 
 
@@ -638,8 +677,8 @@ def test_each_ordinary_step_is_one_round_trip():
 
 def test_irreversible_work_is_never_offered_to_the_functions_while_the_gate_may_hold_it(settings):
     settings.RECKON_GATE_BOUND_S = 60
-    assert "vault.rotate_credential" not in worker._ungated_actions().obj
-    assert "reckon.echo" in worker._ungated_actions().obj
+    assert "vault.rotate_credential" not in fastpath.ungated_actions().obj
+    assert "reckon.echo" in fastpath.ungated_actions().obj
 
 
 def test_a_claim_inside_a_larger_transaction_leaves_that_transaction_durable():
