@@ -205,6 +205,7 @@ def test_both_sides_of_the_search_read_their_trigram_index(query):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute("SET LOCAL enable_nestloop = off")
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Bitmap Index Scan on job_search_text" in plan and "Bitmap Index Scan on attempt_search_answer" in plan, plan
