@@ -26,6 +26,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
 	$(MAKE) --no-print-directory bandit
 	$(BIN)/python -m pytest
@@ -33,7 +34,7 @@ test: $(STAMP)
 # The static security scan: any finding not reviewed on its line (`# nosec Bxxx  # why`) fails the
 # build. Bandit warns "nosec encountered ... but no failed test" for parts of an accepted line that
 # it also checks (PyCQA/bandit#1041): those lines are dropped, its other messages kept.
-BANDIT_PATHS := alerts api approvals config console ledger reconciliation sandbox chaos bench clients
+BANDIT_PATHS := alerts api approvals config console gateway ledger reconciliation sandbox chaos bench clients
 bandit: $(STAMP)
 	@err=$$(mktemp); $(BIN)/bandit -q -r $(BANDIT_PATHS) -c pyproject.toml 2>$$err; status=$$?; \
 	grep -v "but no failed test" $$err >&2; rm -f $$err; \

@@ -1,16 +1,17 @@
 """The four conditions Reckon alerts on, each read from the ledger as it is now.
 
 Each check returns a `Reading`: whether the condition holds, a sentence saying what (with the
-figures), and the console path of the queue filtered to it. The ages are counted from the job's
-creation, as on the overview and in the queue's "Age" filter, so the link shows the same jobs.
+figures), and the console pages that show exactly what each figure counts (`links`): a figure is
+the count of the page its link opens, by the same query (tests/alerts/test_links.py opens them).
+The ages are counted from the job's creation, as in the queue's age filter, to the second.
 
 An alert goes to one channel for the whole deployment, so it names no job: it counts the jobs per
-tenant, and the link shows each person the jobs of their own tenants (the console's fence).
+tenant, and the link shows each person the jobs of their own tenants (the console's fence). The
+console's alerts page reads the same checks limited to the person's tenants (`tenants`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
@@ -28,11 +29,23 @@ from ledger.states import UNKNOWN_WORK, EventKind, JobStatus
 
 
 @dataclass(frozen=True)
+class Link:
+    label: str  # what the figure counts: "need a person"
+    count: int
+    path: str
+
+
+@dataclass(frozen=True)
 class Reading:
     condition: AlertCondition
     firing: bool
     summary: str
-    path: str
+    links: tuple[Link, ...]
+
+    @property
+    def path(self) -> str:
+        """The first page to open (the first figure's)."""
+        return self.links[0].path
 
 
 def duration(seconds: float) -> str:
@@ -46,6 +59,23 @@ def duration(seconds: float) -> str:
     days, hours = divmod(hours, 24)
     text = f"{days} d {hours} h" if days else f"{hours} h"
     return text if days or not minutes else f"{text} {minutes} min"
+
+
+def bound_text(seconds: float) -> str:
+    """A configured bound, exactly: '1 min 30 s', '1 h', '0.5 s' (never rounded to a minute)."""
+    whole, fraction = divmod(seconds, 1)
+    hours, rest = divmod(int(whole), 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes else []
+    if secs or fraction or not parts:
+        parts.append(f"{secs + fraction:g} s")
+    return " ".join(parts)
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """'1 escalated job needs', '3 escalated jobs need': the count and its words agreeing."""
+    return f"{count} {one if count == 1 else many}"
 
 
 # How many tenants an alert names; the others are counted together.
@@ -66,79 +96,97 @@ def queue_path(**filters) -> str:
     return reverse("queue") + "?" + urlencode(filters)
 
 
-def _older_than_minutes(bound_s: float) -> int:
-    # The queue's filter counts whole minutes; rounding down keeps every job past the bound in.
-    return max(1, math.floor(bound_s / 60))
+def _fenced(rows: QuerySet, tenants: frozenset[str] | None, tenant_field: str = "tenant") -> QuerySet:
+    """`rows` of `tenants` only (None: every tenant), as the console's fence limits its pages."""
+    return rows if tenants is None else rows.filter(**{f"{tenant_field}__in": sorted(tenants)})
 
 
-def unknown_too_old() -> Reading:
+# The queue's tabs (console/selectors/queue.py TABS, which a test compares with these): each part
+# of old unknown work is counted with the statuses of the tab its link opens.
+UNKNOWN_PARTS = (
+    ("need a person", "human", (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)),
+    ("reconciling", "reconciling", (JobStatus.NEEDS_RECONCILIATION,)),
+    ("blocked, nothing sent", "blocked", (JobStatus.BLOCKED,)),
+)
+
+
+def unknown_too_old(tenants: frozenset[str] | None = None) -> Reading:
     bound = settings.RECKON_ALERT_UNKNOWN_AGE_S
     cutoff = timezone.now() - timedelta(seconds=bound)
-    old = Job.objects.filter(status__in=UNKNOWN_WORK, created_at__lt=cutoff)
-    oldest = old.order_by("created_at").values("tenant", "status", "created_at").first()
     condition = AlertCondition.UNKNOWN_TOO_OLD
-    if oldest is None:
-        return Reading(condition, False, f"No unknown work is older than {duration(bound)}.",
-                       queue_path(tab="human"))
-    count = old.count()
-    tab = "reconciling" if oldest["status"] == JobStatus.NEEDS_RECONCILIATION else "human"
+    old = _fenced(Job.objects.filter(status__in=UNKNOWN_WORK, created_at__lt=cutoff), tenants)
+    links = []
+    for label, tab, statuses in UNKNOWN_PARTS:
+        count = old.filter(status__in=statuses).count()
+        if count:
+            links.append(Link(label, count, queue_path(tab=tab, older_than_s=f"{bound:g}")))
+    if not links:
+        return Reading(condition, False, f"No unknown work is older than {bound_text(bound)}.",
+                       (Link("need a person", 0, queue_path(tab="human", older_than_s=f"{bound:g}")),))
+    oldest = old.order_by("created_at").values("tenant", "status", "created_at").first()
+    total = sum(link.count for link in links)
     age = (timezone.now() - oldest["created_at"]).total_seconds()
     return Reading(
         condition, True,
-        f"{count} unknown job{'s' if count != 1 else ''} older than {duration(bound)} ({per_tenant(old)}); "
-        f"the oldest ({oldest['tenant']}, {oldest['status']}) has waited {duration(age)}.",
-        queue_path(tab=tab, older_than=_older_than_minutes(bound)),
+        f"{plural(total, 'unknown job', 'unknown jobs')} older than {bound_text(bound)} ({per_tenant(old)}): "
+        + ", ".join(f"{link.count} {link.label}" for link in links)
+        + f"; the oldest ({oldest['tenant']}, {oldest['status']}) has waited {duration(age)}.",
+        tuple(links),
     )
 
 
-def approval_waiting() -> Reading:
+def approval_waiting(tenants: frozenset[str] | None = None) -> Reading:
+    """Fires when the oldest pending request has waited past the bound; counts every pending one,
+    as the approvals page lists them."""
     bound = settings.RECKON_ALERT_APPROVAL_WAIT_S
-    cutoff = timezone.now() - timedelta(seconds=bound)
-    waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, created_at__lt=cutoff)
-    oldest = waiting.order_by("created_at").values("job__tenant", "created_at").first()
+    pending = _fenced(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING), tenants, "job__tenant")
+    oldest = pending.order_by("created_at").values("job__tenant", "created_at").first()
     condition = AlertCondition.APPROVAL_WAITING
-    # A job waiting for approval was created before its request, so the Age filter keeps it.
-    path = queue_path(tab="human", status=JobStatus.AWAITING_APPROVAL.value, older_than=_older_than_minutes(bound))
-    if oldest is None:
-        return Reading(condition, False, f"No approval has waited longer than {duration(bound)}.", path)
-    count = waiting.count()
-    age = (timezone.now() - oldest["created_at"]).total_seconds()
+    path = reverse("approvals")
+    age = (timezone.now() - oldest["created_at"]).total_seconds() if oldest else 0
+    if oldest is None or age <= bound:
+        return Reading(condition, False, f"No approval has waited longer than {bound_text(bound)}.",
+                       (Link("pending", pending.count() if oldest else 0, path),))
+    count = pending.count()
     return Reading(
         condition, True,
-        f"{count} approval request{'s' if count != 1 else ''} waiting longer than {duration(bound)} "
-        f"({per_tenant(waiting, 'job__tenant')}); the oldest ({oldest['job__tenant']}) has waited {duration(age)}.",
-        path,
+        f"{plural(count, 'approval request', 'approval requests')} pending ({per_tenant(pending, 'job__tenant')}); "
+        f"the oldest ({oldest['job__tenant']}) has waited {duration(age)}, longer than {bound_text(bound)}.",
+        (Link("pending", count, path),),
     )
 
 
-def gate_closed() -> Reading:
+def gate_closed(tenants: frozenset[str] | None = None) -> Reading:
     gate = gate_status()
     # The held jobs are not in the queue (they wait for workers): the overview shows the gate.
     path = reverse("overview")
+    held = _fenced(Job.objects.filter(gated_at__isnull=False), tenants).count()
     if gate.open:
-        return Reading(AlertCondition.GATE_CLOSED, False, "The dead-man gate is open.", path)
-    held = Job.objects.filter(gated_at__isnull=False).count()
+        return Reading(AlertCondition.GATE_CLOSED, False, "The dead-man gate is open.", (Link("held", held, path),))
     return Reading(
         AlertCondition.GATE_CLOSED, True,
-        f"The dead-man gate is closed: {gate.reason}. {held} job{'s' if held != 1 else ''} held.", path,
+        f"The dead-man gate is closed: {gate.reason}. {plural(held, 'job', 'jobs')} held.",
+        (Link("held", held, path),),
     )
 
 
-def reconciliation_conflict() -> Reading:
-    """Jobs a provider's `conflict` answer escalated, still waiting for a person."""
-    conflicted = Job.objects.filter(status=JobStatus.ESCALATED).filter(
+def reconciliation_conflict(tenants: frozenset[str] | None = None) -> Reading:
+    """Fires while a job a provider's `conflict` answer escalated waits for a person; counts every
+    escalated job, as the queue's escalated filter lists them."""
+    escalated = _fenced(Job.objects.filter(status=JobStatus.ESCALATED), tenants)
+    conflicted = escalated.filter(
         Exists(LedgerEvent.objects.filter(job=OuterRef("pk"), kind=EventKind.RECONCILED_CONFLICT))
-    )
+    ).count()
     path = queue_path(tab="human", status=JobStatus.ESCALATED.value)
-    count = conflicted.count()
-    if not count:
+    count = escalated.count()
+    if not conflicted:
         return Reading(AlertCondition.RECONCILIATION_CONFLICT, False,
-                       "No job escalated by a reconciliation conflict is waiting.", path)
+                       "No job escalated by a reconciliation conflict is waiting.", (Link("escalated", count, path),))
     return Reading(
         AlertCondition.RECONCILIATION_CONFLICT, True,
-        f"Reconciliation answered conflict: {count} escalated job{'s' if count != 1 else ''} need a person "
-        f"({per_tenant(conflicted)}).",
-        path,
+        f"Reconciliation answered conflict: {plural(count, 'escalated job needs', 'escalated jobs need')} a person "
+        f"({per_tenant(escalated)}; {conflicted} by a conflict).",
+        (Link("escalated", count, path),),
     )
 
 

@@ -1,6 +1,7 @@
 """What the watch loop keeps: the levels it samples (drawn by the overview's charts) and, per
 alert condition, whether it is firing (so each condition notifies once until it clears)."""
 
+import pgtrigger
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -48,13 +49,21 @@ class AlertCondition(models.TextChoices):
 
 class AlertState(models.Model):
     """One row per condition. Evaluation locks the row (SELECT ... FOR UPDATE), so of several
-    hosts evaluating at once, exactly one sees the change and notifies."""
+    hosts evaluating at once, exactly one sees the change and notifies.
+
+    `firing` is what the last evaluation found (recorded with or without a channel: the console's
+    alerts page shows it); `told_firing` is what the channels were last told. A message is due
+    while the two differ and no silence runs; one no channel took stays due for the next pass."""
 
     condition = models.CharField(max_length=40, choices=AlertCondition.choices, unique=True)
     firing = models.BooleanField(default=False)
-    summary = models.TextField(blank=True, default="")  # what the last notification said
-    changed_at = models.DateTimeField(db_default=Now())
+    summary = models.TextField(blank=True, default="")  # what the evaluation found when it last changed
+    changed_at = models.DateTimeField(db_default=Now())  # firing since / clear since
+    told_firing = models.BooleanField(default=False)
     notified_at = models.DateTimeField(null=True, blank=True)
+    silenced_until = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True, default="")  # cleared when it resolves
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -65,3 +74,37 @@ class AlertState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.condition}: {'firing' if self.firing else 'clear'}"
+
+
+class AlertEventKind(models.TextChoices):
+    FIRED = "fired"
+    RESOLVED = "resolved"
+    ACKNOWLEDGED = "acknowledged"
+    SILENCED = "silenced"
+
+
+class AlertEvent(models.Model):
+    """The alerts' history: each change the evaluation found, and who acknowledged or silenced
+    what, when and why. Append-only, as the ledger's history is (a trigger refuses UPDATE and
+    DELETE)."""
+
+    condition = models.CharField(max_length=40, choices=AlertCondition.choices)
+    kind = models.CharField(max_length=20, choices=AlertEventKind.choices)
+    at = models.DateTimeField(db_default=Now(), db_index=True)
+    actor = models.CharField(max_length=150)  # a username, or "reckon" for the evaluation
+    note = models.TextField(blank=True, default="")
+    silenced_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(condition__in=[c.value for c in AlertCondition]), name="alertevent_condition_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in AlertEventKind]), name="alertevent_kind_valid"
+            ),
+        ]
+        triggers = [pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete)]
+
+    def __str__(self) -> str:
+        return f"{self.condition} {self.kind} by {self.actor} at {self.at:%Y-%m-%d %H:%M}"

@@ -3,7 +3,7 @@
 Access with DEBUG off (production): the bearer token RECKON_METRICS_TOKEN *and* a client address
 in RECKON_METRICS_ALLOW; with no token configured the endpoint stays closed (403 saying so) rather
 than stopping the whole web process. With DEBUG on, either one opens it. The client address is the
-one behind RECKON_TRUSTED_PROXIES (config.hardening.client_address). Reconciliation and approval
+one behind RECKON_TRUSTED_PROXIES (console.hardening.client_address). Reconciliation and approval
 families appear once those apps have their tables.
 """
 
@@ -21,9 +21,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from api.models import WorkerToken
-from config.hardening import client_address
-from ledger.gate import gate_status
-from ledger.models import Attempt, Job, LedgerEvent
+from console.hardening import client_address
+from ledger.gate import LOOPS, gate_status
+from ledger.models import Attempt, Job, LedgerEvent, PassRecord
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -152,6 +152,14 @@ def exposition() -> str:
         "gauge",
         "1 while the dead-man gate is open, 0 while it holds irreversible side effects.",
         [({}, 1 if gate_status().open else 0)],
+    )
+    passes = dict(PassRecord.objects.filter(name__in=LOOPS).values_list("name", "completed_at"))
+    out.family(
+        "reckon_loop_last_pass_timestamp_seconds",
+        "gauge",
+        "When each of Reckon's loops last completed a pass (Unix time; 0: never). time() minus it is how long "
+        "the loop has been stopped, whatever the dead-man gate's bound.",
+        [({"loop": name}, passes[name].timestamp() if passes.get(name) else 0) for name in LOOPS],
     )
 
     kinds = _grouped(LedgerEvent.objects.filter(kind__in=[*EVENT_COUNTERS, *LEASE_EXPIRY_KINDS]), "kind")

@@ -26,6 +26,7 @@ from ledger.identifiers import (
     NAME_RULE,
 )
 from ledger.states import Delivery, Execution, JobStatus, SideEffect
+from reconciliation.registry import JOB_DECISIONS
 
 MAX_BIGINT = 2**63 - 1
 # Printable ASCII, no space at either end: what a worker calls itself is shown and compared.
@@ -249,6 +250,20 @@ class LeasedJob(Schema):
 
 class Job(LeasedJob):
     attempts: list[Attempt]
+
+
+class OpenDecision(Schema):
+    """A decision a person may take on the job now, in the console (`reconciliation.registry`)."""
+
+    name: Literal[tuple(decision.name for decision in JOB_DECISIONS)]
+    label: str
+    role: str = Field(description="The console role that may take it.")
+    help: str
+
+
+class JobRecord(Job):
+    decisions: list[OpenDecision] = Field(
+        description="What a person may decide on the job in its state now, in the console; empty when nothing waits.")
 
 
 class Lease(Schema):

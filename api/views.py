@@ -41,6 +41,7 @@ from api.schemas import (
     IdentityRequest,
     Job,
     JobIdInPath,
+    JobRecord,
     Lease,
     LeaseRequest,
     Result,
@@ -52,6 +53,8 @@ from ledger import models, services
 from ledger.actions import UnknownAction, get_action
 from ledger.services import scoped
 from ledger.states import JOB_STATUS_FOR_LATEST, ActorType
+from reconciliation import decisions
+from reconciliation.registry import REGISTRY
 
 
 class JsonObjectParser(Parser):
@@ -336,10 +339,25 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
     "/jobs/{job_id}",
     operation_id="getJob",
     summary="A job and its attempts",
-    **answers({200: (Job, "the job")}, 401, 404, links={200: {"claim": _link("claimJob")}}),
+    **answers({200: (JobRecord, "the job, and the decisions a person may take on it now")}, 401, 404,
+              links={200: {"claim": _link("claimJob")}}),
 )
 def job_detail(request: HttpRequest, job_id: JobIdInPath):
-    return job_json(_job_in_scope(request, job_id), request.auth)
+    job = _job_in_scope(request, job_id)
+    return {**job_json(job, request.auth), "decisions": decisions_json(job)}
+
+
+def decisions_json(job: models.Job) -> list[dict]:
+    """The decisions a person may take on the job now, as the registry declares them (the console
+    offers the same; taking one is the console's, with a person's login and role)."""
+    if not job.attempts.exists():
+        return []
+    reversible = bool((job.policy or {}).get("reversible", False))
+    return [
+        {"name": name, "label": REGISTRY[name].label, "role": REGISTRY[name].role,
+         "help": REGISTRY[name].help_for(reversible=reversible)}
+        for name in decisions.allowed_decisions(job)
+    ]
 
 
 # Evidence that names a lease's owner or fencing token: shown only to the token that held it.

@@ -16,10 +16,10 @@ from django.db import transaction
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
-from ledger.times import kept_time
 
 
 class ApprovalRefused(LedgerError):
@@ -128,6 +128,8 @@ def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
                 actor=user.get_username(),
                 actor_type=ActorType.APPROVER,
                 note=f"replay approved by {user.get_username()}: {note}",
+                # An operator's retry of a failed job asks for one attempt beyond the policy's number.
+                one_more="retry_of_failed_job" in request.evidence,
             )
     return request
 
@@ -139,16 +141,8 @@ def reject(*, request_id: int, user, note: str) -> ApprovalRequest:
         job, request, attempt = _pending(request_id)
         _four_eyes(job, request, user, "decide it; withdraw it instead")
         _set_decision(request, ApprovalStatus.REJECTED, user=user, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.CANCELLED,
-            ActorType.APPROVER,
-            user.get_username(),
-            EventKind.APPROVAL_REJECTED,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_REJECTED, job_status=JobStatus.CANCELLED,
+               actor_type=ActorType.APPROVER, actor=user.get_username(), note=note)
     return request
 
 
@@ -158,16 +152,8 @@ def withdraw(*, request_id: int, user, note: str) -> ApprovalRequest:
     with transaction.atomic():
         job, request, attempt = _pending(request_id)
         _set_decision(request, ApprovalStatus.WITHDRAWN, user=None, note=note, at=job.db_now)
-        _close(
-            job,
-            attempt,
-            JobStatus.NEEDS_OPERATOR,
-            ActorType.OPERATOR,
-            user.get_username(),
-            EventKind.APPROVAL_WITHDRAWN,
-            note,
-            request,
-        )
+        _close(job, attempt, request, kind=EventKind.APPROVAL_WITHDRAWN, job_status=JobStatus.NEEDS_OPERATOR,
+               actor_type=ActorType.OPERATOR, actor=user.get_username(), note=note)
     return request
 
 
@@ -189,16 +175,8 @@ def expire_due_approvals(*, actor: str = "approval-expiry") -> int:
                 continue
             note = f"approval request expired at {kept_time(request.expires_at)} without a decision"
             _set_decision(request, ApprovalStatus.EXPIRED, user=None, note=note, at=job.db_now)
-            _close(
-                job,
-                attempt,
-                JobStatus.NEEDS_OPERATOR,
-                ActorType.SYSTEM,
-                actor,
-                EventKind.APPROVAL_EXPIRED,
-                note,
-                request,
-            )
+            _close(job, attempt, request, kind=EventKind.APPROVAL_EXPIRED, job_status=JobStatus.NEEDS_OPERATOR,
+                   actor_type=ActorType.SYSTEM, actor=actor, note=note)
             expired += 1
     return expired
 
@@ -266,12 +244,12 @@ def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at)
     request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
 
 
-def _close(job, attempt, status, actor_type, actor, kind, note, request) -> None:
+def _close(job, attempt, request: ApprovalRequest, *, kind: str, job_status: str, actor_type: str, actor: str,
+           note: str) -> None:
+    """The job leaves awaiting_approval with the request's decision (its event names the request)."""
     with Batch() as batch:
-        batch.transition(
-            job, attempt, actor_type=actor_type, actor=actor, kind=kind, job_status=status, note=note,
-            evidence={"approval_request": request.pk},
-        )
+        batch.transition(job, attempt, kind=kind, job_status=job_status, actor_type=actor_type, actor=actor,
+                         note=note, evidence={"approval_request": request.pk})
 
 
 def _required_note(note, what: str) -> str:

@@ -116,7 +116,7 @@ def _top_up(world: World, *, size: int, prefixes: itertools.count) -> None:
 # --- raw lookups ---------------------------------------------------------------------------------
 
 def _lookup_urls(job: Job) -> list[str]:
-    """The requests the job's reconciler makes (reconciliation.reconcilers), in the same order."""
+    """The requests the job's reconciler makes (sandbox.reconcilers), in the same order."""
     key = job.idempotency_key
     if job.action == "billing.create_invoice":
         base = f"{settings.RECKON_BILLING_URL}/invoices"

@@ -135,6 +135,10 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
         if superuser and events >= max(REBUILD_FROM, first_ids["ledger_ledgerevent"]):
             rebuild = _drop_plain_indexes(cursor)
         _stream(cursor.cursor, iter(histories))
+        if superuser:  # the jobs' search text, which the skipped trigger writes otherwise (ledger.JobSearchText)
+            cursor.execute("INSERT INTO ledger_jobsearchtext (job_id, tenant, text) SELECT id, tenant, "
+                           "job_id || ' ' || idempotency_key || ' ' || payload::text FROM ledger_job WHERE id >= %s",
+                           [first_ids["ledger_job"]])
         phase("copy")
         for table, _ in TABLES:
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "  # nosec B608  # table names from this module's TABLES constant
@@ -153,12 +157,12 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
     phase("checks+commit")
     with connection.cursor() as cursor:
         if connection.in_atomic_block:  # a caller's transaction (tests): VACUUM cannot run in one
-            cursor.execute("ANALYZE ledger_job, ledger_attempt, ledger_ledgerevent")
+            cursor.execute("ANALYZE ledger_job, ledger_attempt, ledger_ledgerevent, ledger_jobsearchtext")
             phase("analyze")
         else:
             # What autovacuum would soon do anyway (while a benchmark measures): the visibility map
             # and hint bits of a table that has settled, as a long-lived ledger's has.
-            cursor.execute("VACUUM (ANALYZE) ledger_job, ledger_attempt, ledger_ledgerevent")
+            cursor.execute("VACUUM (ANALYZE) ledger_job, ledger_attempt, ledger_ledgerevent, ledger_jobsearchtext")
             phase("vacuum")
     return phases
 
@@ -191,9 +195,11 @@ def _stream(cursor, histories: Iterator[tuple[tuple, list[tuple], list[tuple]]])
 
 
 def _drop_plain_indexes(cursor) -> list[str]:
-    """Drop the three tables' indexes that back no constraint; their CREATE INDEX statements."""
+    """Drop the indexes that back no constraint of the three tables and the jobs' search text;
+    their CREATE INDEX statements."""
     cursor.execute("SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index "
-                   "WHERE indrelid = ANY (ARRAY['ledger_job', 'ledger_attempt', 'ledger_ledgerevent']::regclass[]) "
+                   "WHERE indrelid = ANY (ARRAY['ledger_job', 'ledger_attempt', 'ledger_ledgerevent', "
+                   "'ledger_jobsearchtext']::regclass[]) "
                    "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = indexrelid) "
                    "ORDER BY indexrelid")
     indexes = cursor.fetchall()
@@ -400,10 +406,10 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
                           actor_type="reconciler", actor="reconciler", note="handed to a human")
             version = 4
         rows_attempts.append((attempt_id, job_id, number, *final, f"gen-worker-{number}", number, history.clock,
-                              history.clock, None, "" if status != "succeeded" else f"ref_{n}", "", version, created,
-                              history.clock))
-        job = (job_id, name, tenant, action, f'{{"n": {n}}}', "{}", key, status, number, None, 0, False, created,
-               history.clock)
+                              history.clock, None, "" if status != "succeeded" else answer(action, n), "", version,
+                              created, history.clock))
+        job = (job_id, name, tenant, action, payload(action, n, tenant), "{}", key, status, number, None, 0, False,
+               created, history.clock)
         made.jobs += 1
         made.attempts += number
         made.events += len(history.rows)
@@ -411,6 +417,27 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
         attempt_id += 1
         job_id += 1
         n += 1
+
+
+def payload(action: str, n: int, tenant: str) -> str:
+    """Job `n`'s payload as JSON text, as the demo's actions take it: what an operator pastes into
+    the search (the customer's email address, the customer id) is in there, unique per job."""
+    if action == "mail.send":
+        return (f'{{"to": "customer{n}@{tenant}.example", "body": "Thank you for your order #{n}.", '
+                f'"subject": "Your receipt"}}')
+    if action == "billing.create_invoice":
+        return (f'{{"currency": "EUR", "customer": "cus_{tenant}_{n}", "amount_cents": {500 + n % 250_000}, '
+                f'"description": "Monthly plan"}}')
+    return f'{{"body": "Release notes {n} are out"}}'
+
+
+def answer(action: str, n: int) -> str:
+    """What the provider answered job `n` with (its attempt's result_ref): an invoice id, a Message-ID, a post id."""
+    if action == "billing.create_invoice":
+        return f"inv_{n:010X}"
+    if action == "mail.send":
+        return f"<{n}.gen@mail.sandbox.example>"
+    return f"post_{n}"
 
 
 def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> list[str]:
@@ -424,7 +451,7 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> lis
     def histories():
         for n, name in enumerate(names):
             at = now + n * MICROSECOND  # distinct, in order: the queue's order is the creation order
-            job = (job_id + n, name, "bench", action, f'{{"n": {n}}}', "{}", f"{action}:{name}", "pending", 0,
+            job = (job_id + n, name, "bench", action, payload("mail.send", n, "bench"), "{}", f"{action}:{name}", "pending", 0,
                    None, 0, False, at, at)
             attempt = (attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
                        None, None, "", "", 1, now, now)

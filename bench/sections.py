@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from bench.generate import generate, pending_jobs
+from bench.generate import answer, generate, pending_jobs
 from chaos.world import World, wait_until
 from config.localdb import _accepting, find_bindir
 from ledger import services
@@ -86,6 +87,81 @@ def cycle_throughput(world: World, *, seconds: float, clients=(1, 4, 8)) -> list
         cycles = ledger_cycles(workers=n, seconds=seconds, prefix=f"cycle{n}")
         rows.append({"workers": n, "ledger_cycles_per_s": round(cycles, 1), "pgbench_tps": round(tps, 1),
                      "ratio": round(cycles / tps, 3)})
+    return rows
+
+
+# --- what the search's trigram indexes cost writes ------------------------------------------
+
+SEARCH_INDEXES = ("job_search_text", "attempt_search_answer")
+
+
+def _wal_bytes() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+        return cursor.fetchone()[0]
+
+
+SEARCH_TRIGGERS = ("reckon_job_search_text_insert", "reckon_job_search_text_update")
+
+
+def _search_indexes(definitions: dict[str, str], *, present: bool) -> None:
+    """The search's indexes, and the trigger that writes each job's search text, on or off."""
+    with connection.cursor() as cursor:
+        for name, definition in definitions.items():
+            cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1) if present
+                           else f"DROP INDEX IF EXISTS {name}")
+        for trigger in SEARCH_TRIGGERS:
+            cursor.execute(f"ALTER TABLE ledger_job {'ENABLE' if present else 'DISABLE'} TRIGGER {trigger}")
+        cursor.execute("CHECKPOINT")  # each side starts from a checkpoint: full-page images alike
+
+
+def _enqueues(count: int, prefix: str) -> float:
+    """`count` jobs through enqueue_job, one transaction each, as a producer makes them; per second."""
+    started = time.monotonic()
+    for n in range(count):
+        services.enqueue_job(job_id=f"{prefix}-{n:06d}", tenant="bench", action="reckon.echo",
+                             payload={"to": f"customer{n}@{prefix}.example", "subject": "Your receipt",
+                                      "body": f"Thank you for your order #{n}."})
+    return count / (time.monotonic() - started)
+
+
+def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: int = 4) -> list[dict]:
+    """The ledger cycle (claim -> begin -> success, `workers` processes) and enqueue_job, with the
+    search's trigram indexes (and the trigger writing each job's search text) and without them, in
+    alternating rounds: the rate of each and the WAL it wrote per job (pg_current_wal_lsn before
+    and after; the bench's cluster has no other writer)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index "
+                       "WHERE indexrelid::regclass::text = ANY(%s)", [list(SEARCH_INDEXES)])
+        definitions = dict(cursor.fetchall())
+    if set(definitions) != set(SEARCH_INDEXES):
+        raise RuntimeError(f"the search's indexes are not all there: {sorted(definitions)}")
+    measured = {side: {"cycles_per_s": [], "cycle_wal": [], "enqueues_per_s": [], "enqueue_wal": []}
+                for side in ("with", "without")}
+    try:
+        for round_ in range(rounds):
+            for side in ("with", "without") if round_ % 2 == 0 else ("without", "with"):
+                _search_indexes(definitions, present=side == "with")
+                prefix = f"trgm{round_}{'y' if side == 'with' else 'n'}"
+                per_worker = int(seconds * 1500) + 50
+                job_ids = pending_jobs(count=per_worker * workers, prefix=prefix)
+                wal = _wal_bytes()
+                rate = in_processes(_cycle_worker, [(job_ids[i::workers], seconds) for i in range(workers)], seconds)
+                done = Job.objects.filter(job_id__startswith=f"{prefix}-", status="succeeded").count()
+                measured[side]["cycle_wal"].append((_wal_bytes() - wal) / max(done, 1))
+                measured[side]["cycles_per_s"].append(rate)
+                wal = _wal_bytes()
+                measured[side]["enqueues_per_s"].append(_enqueues(enqueues, f"{prefix}e"))
+                measured[side]["enqueue_wal"].append((_wal_bytes() - wal) / enqueues)
+    finally:
+        _search_indexes(definitions, present=True)
+    rows = []
+    for side, figures in measured.items():
+        rows.append({"search_indexes": side,
+                     "cycles_per_s": round(statistics.median(figures["cycles_per_s"]), 1),
+                     "wal_bytes_per_cycle": round(statistics.median(figures["cycle_wal"])),
+                     "enqueues_per_s": round(statistics.median(figures["enqueues_per_s"]), 1),
+                     "wal_bytes_per_enqueue": round(statistics.median(figures["enqueue_wal"]))})
     return rows
 
 
@@ -229,23 +305,32 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
 # --- console at scale and selection cost ---------------------------------------------------
 
 # The overview with its charts, and the header's job search, typed in another case: by most of the
-# measured job's id (a page of neighbours), and by a start every generated job shares.
-PAGES = ("/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}", "/search/?q={shared}")
+# measured job's id (a page of neighbours), by a start every generated job shares, by the middle of
+# an id, by what people paste (a customer's email address from a payload, an invoice id the provider
+# answered); and the audit page's search by that email address.
+PAGES = ("/", "/?range=1h", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}",
+         "/search/?q={shared}", "/search/?q={middle}", "/search/?q={email}", "/search/?q={answer}",
+         "/audit/?q={email}")
 
 
-def _page_url(page: str, job_id: str) -> str:
-    return page.format(job_id=job_id, near=job_id[:-3].upper(), shared=job_id[:3].upper())
+def _page_url(page: str, measured: dict) -> str:
+    job_id = measured["job_id"]
+    return page.format(job_id=job_id, near=job_id[:-3].upper(), shared=job_id[:3].upper(),
+                       middle=job_id[3:-1], email=quote(measured["email"].upper()), answer=measured["answer"].lower())
 
 
-def _console_client() -> tuple[Client, str]:
-    """A logged-in console client, and the job whose page is measured (the oldest needing an operator)."""
+def _console_client() -> tuple[Client, dict]:
+    """A logged-in console client; the job whose page is measured (the oldest needing an operator)
+    and the values searched for: one mail job's address (its payload), one invoice's id (its answer)."""
     from django.contrib.auth.models import User
 
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True, "is_staff": True})
     client = Client()
     client.force_login(user)
     job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
-    return client, job_id
+    mail = Job.objects.filter(action="mail.send").order_by("pk").values_list("payload", flat=True)[1]
+    # Job 3 of a history is an invoice; it succeeded where it is not queued (in the grown history).
+    return client, {"job_id": job_id, "email": mail["to"], "answer": answer("billing.create_invoice", 3)}
 
 
 def _sample_history(*, week: bool) -> None:
@@ -283,6 +368,8 @@ def _selection_queries() -> dict:
         # The job search for a start every job `at_scale` generates shares (scale-a-…, scale-b-…),
         # in another case: an index walk that stops after a page.
         "search": matching_sql("Scale-", EVERY_TENANT, SHOWN + 1),
+        # By a value inside one job's payload, in another case: the trigram indexes' bitmap.
+        "search by a payload value": matching_sql("CUSTOMER1@GLOBEX.EXAMPLE", EVERY_TENANT, SHOWN + 1),
         "sweeper": Attempt.objects.filter(execution_state="running", lease_expires_at__lt=ClockTimestamp())
         .order_by("lease_expires_at").values_list("job__job_id", flat=True)[:500],
         "reconciler": Job.objects.due_for_reconciliation(ClockTimestamp()).values_list("pk", "job_id")[:100],
@@ -308,31 +395,6 @@ def _summary(timings: list[float], digits: int) -> dict:
     timings = sorted(timings)
     return {"median_ms": round(statistics.median(timings), digits),
             "p95_ms": round(timings[max(int(len(timings) * 0.95) - 1, 0)], digits)}
-
-
-def console_pages(*, repeats: int) -> list[dict]:
-    client, job_id = _console_client()
-    rows = []
-    for page in PAGES:
-        probe = _page_probe(client, _page_url(page, job_id))
-        timings, facts = [], {}
-        for _ in range(repeats):
-            elapsed, facts = probe()
-            timings.append(elapsed)
-        rows.append({"page": page, **facts, **_summary(timings, 1)})
-    return rows
-
-
-def selection_cost(*, repeats: int) -> list[dict]:
-    rows = []
-    for name, query in _selection_queries().items():
-        probe = _selection_probe(query)
-        timings, facts = [], {}
-        for _ in range(repeats):
-            elapsed, facts = probe()
-            timings.append(elapsed)
-        rows.append({"query": name, "median_ms": _summary(timings, 3)["median_ms"], **facts})
-    return rows
 
 
 def _side_by_side(probe_factory, databases: list, repeats: int) -> list[tuple[list[float], dict]]:
@@ -413,7 +475,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
     generate(attempts=small, queued=queued, prefix="scale-a")
     _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
-    client, job_id = _console_client()  # the login session is copied along with the database
+    client, searched = _console_client()  # the login session is copied along with the database
     small_db = connections["default"]
     large_db = _clone_database(f"{small_db.settings_dict['NAME']}_large")
     try:
@@ -424,7 +486,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})
         for page in PAGES:
-            url = _page_url(page, job_id)
+            url = _page_url(page, searched)
             measured = _side_by_side(lambda url=url: _page_probe(client, url), [small_db, large_db], repeats)
             for run, (timings, facts) in zip(runs, measured, strict=True):
                 run["pages"].append({"page": page, **facts, **_summary(timings, 1)})

@@ -22,7 +22,7 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
-from reckon_client import Client, Lease, ReckonError, ReckonUnavailable
+from reckon_client import Client, Lease, ReckonError, ReckonUnavailable, post_effect
 
 from ledger.faults import fault_point  # no Django: the fault points are plain Python
 
@@ -32,34 +32,12 @@ class NoAnswer(Exception):
 
 
 def send_mail(lease: Lease, mail_url: str, timeout: float) -> None:
-    parts = urlsplit(mail_url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    try:
-        try:
-            connection.connect()
-        except OSError as exc:  # nothing left this process
-            lease.failed(f"mail provider unreachable: {exc}", retryable=True, evidence={"sent": False})
-            return
-        p = lease.payload
-        body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
-        key = lease.idempotency_key
-        try:
-            connection.request("POST", "/messages", body=json.dumps(body), headers={
-                "Content-Type": "application/json", "Idempotency-Key": key, "X-Reckon-Marker": key})
-            fault_point("during_call", lease.job_id)
-            response = connection.getresponse()
-            answer = json.loads(response.read() or b"{}")
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise NoAnswer(f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        connection.close()
-    evidence = {"status": response.status, "body": answer}
-    if 200 <= response.status < 300:
-        lease.succeeded(str(answer.get("message_id", "")), evidence=evidence)
-    elif 400 <= response.status < 500 and response.status != 429:
-        lease.failed(f"{response.status}: {answer.get('error', answer)}", evidence=evidence)
-    else:
-        raise NoAnswer(f"{response.status} from the mail provider")
+    """The example worker's send (examples/http_worker.py, reckon_client.post_effect), with the
+    fault point armed while the request is on the wire."""
+    p = lease.payload
+    body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
+    post_effect(lease, f"{mail_url}/messages", body, result_field="message_id", provider="the mail provider",
+                timeout=timeout, on_sent=lambda: fault_point("during_call", lease.job_id))
 
 
 # What the payments provider says about a key whose earlier request never finished.

@@ -33,7 +33,7 @@ EXTERNAL_ACTIONS = """
 executor = "external"
 reversible = true
 queryable = true
-reconciler = "python:reconciliation.reconcilers.mail"
+reconciler = "python:sandbox.reconcilers.mail"
 lease_ttl = {lease_ttl}
 """
 

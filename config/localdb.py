@@ -1,6 +1,10 @@
 """The embedded PostgreSQL: a private cluster in an ignored folder of the checkout.
 
-Used when DATABASE_URL is not set, with RECKON_DEBUG=true (or RECKON_EMBEDDED_DB=true).
+Used when DATABASE_URL is not set, with RECKON_DEBUG=true (or RECKON_EMBEDDED_DB=true). The
+settings only read where it is (`connection_settings()`, no process started on import); the first
+connection a process opens starts it (config/embedded_db) and makes the process one of its users (a
+shared lock on `<cluster>/.users`), so `make run` stops a cluster it started only when nobody else
+uses it (`stop_unless_used()`).
 `ensure_cluster()` is idempotent and cheap when the cluster is already up (a pid-file read, a look
 at pg_hba.conf and the password file, one TCP connect), and safe to call from several processes
 at once (a file lock serialises initdb, start and upgrade).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import grp
 import hashlib
 import os
 import pwd
@@ -42,6 +47,7 @@ from config.paths import PROJECT_DIR
 DB_NAME = "reckon"
 DB_USER = "postgres"
 DEBIAN_BINDIRS = "/usr/lib/postgresql/*/bin"
+USERS_FILE = ".users"  # locked (shared) by every process using the cluster
 PASSWORD_FILE = "password"  # nosec B105  # the name of the file that holds the password, not a password
 HBA = """# Written by Reckon (config/localdb.py): SCRAM password logins over 127.0.0.1, nothing else.
 # TYPE  DATABASE  USER  ADDRESS       METHOD
@@ -150,8 +156,24 @@ def _write_file(path: Path, text: str, *, owner: tuple[int, int] | None = None) 
 
 
 def _postgres_can_enter(folder: Path) -> bool:
-    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(folder)])  # nosec B603, B607  # runuser from root's PATH, fixed argv; no shell, no outside input
-    return probe.returncode == 0
+    """Can `postgres` pass through every folder down to `folder`? Read from the permission bits (no
+    process: the settings call this on import), as the kernel checks them, ACLs aside."""
+    entry = pwd.getpwnam("postgres")
+    groups = {entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if entry.pw_name in g.gr_mem}
+    for step in [folder, *folder.parents]:
+        try:
+            info = os.stat(step)
+        except OSError:
+            return False
+        if info.st_uid == entry.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid in groups:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
 
 
 def _port_for(folder: Path) -> int:
@@ -325,6 +347,45 @@ class Cluster:
             command = [str(find_bindir() / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
             _run(_as_postgres() + command, "pg_ctl stop")
 
+    # Every process that uses the cluster through ensure_cluster() holds a shared lock on this file
+    # for its life (the kernel drops it when the process ends, however it ends): a reference count
+    # that cannot be left stale by a crash.
+    def hold(self) -> int:
+        """A shared lock on the users file; the descriptor that holds it (closing it releases)."""
+        private_folder(self.folder)
+        fd = os.open(self.folder / USERS_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while someone stops the cluster: then ensure() starts it again
+        return fd
+
+    def stop_unless_used(self) -> list[int]:
+        """Stop the cluster unless a process holds it (see hold); [] when stopped, else their pids."""
+        fd = os.open(self.folder / USERS_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return self.users(os.fstat(fd).st_ino) or [0]
+            self.stop()
+            return []
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def users(inode: int) -> list[int]:
+        """The pids holding a lock on the file `inode` (Linux's /proc/locks; [] where there is none)."""
+        try:
+            lines = Path("/proc/locks").read_text().splitlines()
+        except OSError:
+            return []
+        pids = set()
+        for line in lines:
+            fields = line.split()
+            if "->" in fields:  # a waiter, not a holder
+                continue
+            if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                pids.add(int(fields[4]))
+        return sorted(pids)
+
     def postmaster_pid(self) -> int | None:
         try:
             return int((self.data / "postmaster.pid").read_text().split()[0])
@@ -338,15 +399,56 @@ def default_cluster() -> Cluster:
 
 
 _ensured: Cluster | None = None  # the default cluster, as ensure_cluster() left it in this process
+_hold: int | None = None  # this process's shared lock on the default cluster's users file
+
+
+def connection_settings() -> dict:
+    """Django's connection settings for the default cluster, without starting anything: what the
+    settings module reads on import. The password is there once the cluster was made; the first
+    connection (config/embedded_db) starts the cluster and fills it in."""
+    cluster = default_cluster()
+    try:
+        password = cluster.password()
+    except LocalDatabaseError:
+        password = ""  # nosec B105  # not yet made: the first connection makes the cluster and fills it in
+    return {"HOST": "127.0.0.1", "PORT": str(cluster.port), "NAME": DB_NAME, "USER": DB_USER, "PASSWORD": password}
 
 
 def ensure_cluster() -> dict:
-    """Start (and on first use create) the local cluster; return Django connection settings."""
-    global _ensured
+    """Start (and on first use create) the local cluster; return Django connection settings.
+
+    The first call in a process also registers the process as one of the cluster's users (a
+    shared lock held for the life of the process): `make run` stops a cluster it started only when
+    no other process uses it (stop_unless_used), so a `make test` beside it keeps its database."""
+    global _ensured, _hold
+    if _ensured is not None:
+        return _ensured.settings()
     cluster = default_cluster()
+    _hold = cluster.hold()
     settings = cluster.ensure()
     _ensured = cluster
     return settings
+
+
+def password_for(host: str, port: str | int) -> str | None:
+    """The password for a connection to `host`:`port` when that is the default cluster (started, on
+    the first call, if it is not running); None for any other server (a harness's own cluster)."""
+    cluster = _ensured or default_cluster()
+    if host != "127.0.0.1" or str(port) != str(cluster.port):
+        return None
+    return ensure_cluster()["PASSWORD"]
+
+
+def stop_unless_used() -> list[int]:
+    """Stop the default cluster if this process started it and no other process uses it; the pids
+    of the processes that use it (nothing was stopped) otherwise."""
+    global _hold
+    if _ensured is None or not _ensured.started:
+        return []
+    if _hold is not None:
+        os.close(_hold)
+        _hold = None
+    return _ensured.stop_unless_used()
 
 
 def started_by_this_process() -> Cluster | None:

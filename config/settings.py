@@ -166,9 +166,10 @@ elif not DEBUG and not _EMBEDDED_DB:
         "allows it anyway)."
     )
 else:
-    from config.localdb import ensure_cluster
+    from config.localdb import connection_settings
 
-    _database = ensure_cluster()
+    # Nothing starts here: the embedded backend starts the cluster on the first connection.
+    _database = {"ENGINE": "config.embedded_db", **connection_settings()}
 
 DATABASES = {
     "default": {
@@ -345,7 +346,7 @@ RECKON_CLAIM_POLL_S = setting("RECKON_CLAIM_POLL_S", 5.0, Float, "A waiting clai
 # When the direct peer is one of them, the client address is taken from X-Forwarded-For (the
 # rightmost hop that is not itself a trusted proxy); from any other peer X-Forwarded-For is
 # ignored. The login throttle and the /metrics allow-list key on that address
-# (config.hardening.client_address). Empty: the direct peer is the client.
+# (console.hardening.client_address). Empty: the direct peer is the client.
 RECKON_TRUSTED_PROXIES = setting("RECKON_TRUSTED_PROXIES", [], Networks, "The proxies / load balancers in front (addresses or networks); X-Forwarded-For is read only from them. Set it behind a proxy, or every client shares the proxy's address.", group=SECURITY, example="10.0.0.0/8")
 # Login throttling (django-axes, on /accounts/login/ and /admin/login/ alike). Failures count per
 # (username, client address) pair, the username normalised as Django does (NFKC) and case-folded;
@@ -356,19 +357,19 @@ RECKON_TRUSTED_PROXIES = setting("RECKON_TRUSTED_PROXIES", [], Networks, "The pr
 # processes and hosts.
 RECKON_LOGIN_FAILURE_LIMIT = setting("RECKON_LOGIN_FAILURE_LIMIT", 5, Int, "Failed log-ins per username and client address before that pair is locked out.", group=SECURITY)
 RECKON_LOGIN_FAILURE_WINDOW = setting("RECKON_LOGIN_FAILURE_WINDOW", 15 * 60, Int, "Seconds without another try until a lock-out lifts.", group=SECURITY)
-# Per account (config.hardening.account_wait): many addresses, each below the limit above, could
+# Per account (console.hardening.account_wait): many addresses, each below the limit above, could
 # still guess on. Once a username has ACCOUNT_LIMIT failures in the window from anywhere, an
 # attempt from an address it has not logged in from (in 90 days) waits 2, 4, 8 … seconds after
 # the latest failure, at most ACCOUNT_MAX_WAIT; its usual addresses are never slowed.
 RECKON_LOGIN_ACCOUNT_LIMIT = setting("RECKON_LOGIN_ACCOUNT_LIMIT", 10, Int, "Failed log-ins for one username, from any address, before attempts from addresses it has not logged in from are slowed down.", group=SECURITY)
 RECKON_LOGIN_ACCOUNT_MAX_WAIT = setting("RECKON_LOGIN_ACCOUNT_MAX_WAIT", 60, Int, "The longest wait (s) the per-account slow-down imposes between attempts.", group=SECURITY)
-AXES_HANDLER = "config.hardening.LoginThrottle"
+AXES_HANDLER = "console.hardening.LoginThrottle"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = RECKON_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(seconds=RECKON_LOGIN_FAILURE_WINDOW)
-AXES_USERNAME_CALLABLE = "config.hardening.login_username"
-AXES_CLIENT_IP_CALLABLE = "config.hardening.client_address"
-AXES_LOCKOUT_CALLABLE = "config.hardening.locked_out"
+AXES_USERNAME_CALLABLE = "console.hardening.login_username"
+AXES_CLIENT_IP_CALLABLE = "console.hardening.client_address"
+AXES_LOCKOUT_CALLABLE = "console.hardening.locked_out"
 AXES_RESET_ON_SUCCESS = True
 # /metrics: with RECKON_DEBUG=false it needs this bearer token *and* an allowed client address
 # (without a token it answers 403 saying so); in debug, either one opens it.
@@ -386,6 +387,8 @@ RECKON_ALERT_EMAIL_FROM = setting("RECKON_ALERT_EMAIL_FROM", "reckon@localhost",
 RECKON_CONSOLE_URL = setting("RECKON_CONSOLE_URL", "", Url, "The console's address as people reach it, for the links alerts carry (unset: paths only).", group=ALERTS, example="https://reckon.example.com")
 RECKON_ALERT_UNKNOWN_AGE_S = setting("RECKON_ALERT_UNKNOWN_AGE_S", 3600.0, Float, "Alert when the oldest unknown job is older than this many seconds.", group=ALERTS)
 RECKON_ALERT_APPROVAL_WAIT_S = setting("RECKON_ALERT_APPROVAL_WAIT_S", 3600.0, Float, "Alert when an approval request has waited longer than this many seconds.", group=ALERTS)
+RECKON_WATCHDOG_INTERVAL = setting("RECKON_WATCHDOG_INTERVAL", 15.0, Float, "Seconds between passes of `watchdog --loop`, the process that evaluates the alert conditions (a process of its own: it still runs when the qcluster, sweeper and reconciler stop).", group=ALERTS)
+RECKON_ALERT_SILENCE_MAX_H = setting("RECKON_ALERT_SILENCE_MAX_H", 24.0, Float, "The longest an operator may silence an alert on the console's alerts page (hours).", group=ALERTS)
 EMAIL_HOST = setting("RECKON_EMAIL_HOST", "localhost", Str, "The SMTP server Django's mail backend sends alert emails through.", group=ALERTS)
 EMAIL_PORT = setting("RECKON_EMAIL_PORT", 25, Int, "Its port.", group=ALERTS)
 # An evaluation holds its alert row locked while it sends; with the webhook's 5 s, four conditions

@@ -17,12 +17,13 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from console.access import fence_of
-from console.forms import DECISION_LABELS, QueueFilterForm
+from console.forms import QueueFilterForm
 from console.models import BulkRun
 from console.pagination import encode_time_cursor
 from console.selectors.queue import QueueFilter, filtered_jobs, in_queue_order
 from ledger.services import LedgerError, latest_attempts
 from reconciliation import decisions
+from reconciliation.registry import REGISTRY, bulk_decisions
 
 BATCH = 50
 REFUSALS_KEPT = 500
@@ -39,7 +40,7 @@ def matching(spec: QueueFilter, user):
 
 def start_run(*, user, decision: str, note: str, filters: dict) -> BulkRun:
     """A run of `decision` over the jobs `filters` match now; nothing is decided yet."""
-    if decision not in ("retry_reconciliation", "cancel_job"):
+    if decision not in {d.name for d in bulk_decisions()}:
         raise LedgerError(f"{decision!r} is not a bulk decision")
     if not note.strip():
         raise LedgerError("a note is required: say why, for the audit trail")
@@ -93,4 +94,4 @@ def _decide(run: BulkRun, job, attempt) -> str | None:
 
 
 def label(run: BulkRun) -> str:
-    return DECISION_LABELS[run.decision]
+    return REGISTRY[run.decision].label

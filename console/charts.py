@@ -121,15 +121,17 @@ def age_ceiling(seconds: float) -> float:
 
 
 def _bucket_label(window: Window, start: datetime) -> str:
-    return start.strftime("%H:%M") if window.key == "24h" else start.strftime("%a %d %H:%M")
+    return start.strftime("%H:%M") if window.key in ("1h", "24h") else start.strftime("%a %d %H:%M")
 
 
 def _frame(chart: Chart, top: float, value_text: Callable[[float], str]) -> None:
-    """The y axis' ticks (0, half, top); on the time axis every fourth hour (24 h) or each day's
-    start (7 d)."""
+    """The y axis' ticks (0, half, top); on the time axis every tenth minute (1 h), every fourth
+    hour (24 h) or each day's start (7 d)."""
     chart.y_ticks = [(TOP + PLOT_H - PLOT_H * f, value_text(top * f)) for f in (0, 0.5, 1)]
     step = PLOT_W / chart.window.buckets
-    if chart.window.key == "24h":
+    if chart.window.key == "1h":
+        ticks = [(i, start.strftime("%H:%M")) for i, start in enumerate(chart.starts) if start.minute % 10 == 0]
+    elif chart.window.key == "24h":
         ticks = [(i, start.strftime("%H:%M")) for i, start in enumerate(chart.starts) if start.hour % 4 == 0]
     else:
         ticks = [(i, start.strftime("%a %d")) for i, start in enumerate(chart.starts) if start.hour == 0]

@@ -8,18 +8,10 @@ from console.job_ids import reject_control_characters
 from console.selectors.audit import AuditFilter
 from console.selectors.queue import TABS, QueueFilter
 from ledger.actions import registered_actions
+from reconciliation.registry import APPROVAL_DECISIONS, JOB_DECISIONS, bulk_decisions
 
-DECISION_LABELS = {
-    "recheck_identity": "Re-check identity",
-    "replay_blocked": "Replay",
-    "confirm_effect": "Confirm effect",
-    "mark_not_found": "Mark not found",
-    "escalate": "Escalate",
-    "retry_reconciliation": "Retry reconciliation",
-    "request_approval": "Ask for approval again",
-    "cancel_job": "Cancel job",
-}
-BULK_DECISIONS = ("retry_reconciliation", "cancel_job")
+# A corrected payload typed into the job page: as large as the API lets a payload be enqueued.
+PAYLOAD_MAX_CHARS = 64 * 1024
 AGES = [("", "any age"), ("5", "older than 5 min"), ("60", "older than 1 h"), ("1440", "older than 1 day")]
 PAGE_SIZES = [(50, "50"), (100, "100"), (200, "200"), (500, "500")]
 
@@ -44,6 +36,9 @@ class QueueFilterForm(forms.Form):
     # At most 100 years: beyond that the cut-off is before year 1 (a link asking more is ignored).
     older_than = forms.IntegerField(label="Age", min_value=1, max_value=100 * 365 * 24 * 60, required=False,
                                     widget=forms.Select(choices=AGES))
+    # An alert's link asks for its bound to the second (never rounded to a minute).
+    older_than_s = forms.FloatField(min_value=0, max_value=100 * 365 * 24 * 3600, required=False,
+                                    widget=forms.HiddenInput)
     q = forms.CharField(
         label="Job id or key", required=False, max_length=320, validators=[reject_control_characters]
     )
@@ -76,6 +71,7 @@ class QueueFilterForm(forms.Form):
             action=data.get("action") or "",
             tenant=(data.get("tenant") or "").strip(),
             older_than=data.get("older_than"),
+            older_than_s=data.get("older_than_s"),
             search=(data.get("q") or "").strip(),
             newest_first=data.get("sort") == "newest",
             after=data.get("after") or "",
@@ -85,16 +81,26 @@ class QueueFilterForm(forms.Form):
 
 class SearchForm(forms.Form):
     q = forms.CharField(label="Find a job", required=False, max_length=320, validators=[reject_control_characters])
+    before = forms.CharField(required=False, max_length=20, widget=forms.HiddenInput)  # the page's cursor
 
     def query(self) -> str:
         """What to look for; a query that does not validate finds nothing (the page says why)."""
         return (self.cleaned_data.get("q") or "").strip() if self.is_valid() else ""
 
+    def cursor(self) -> str:
+        return (self.cleaned_data.get("before") or "") if self.is_valid() else ""
+
+
+def _choices(decisions) -> list[tuple[str, str]]:
+    return [(decision.name, decision.label) for decision in decisions]
+
 
 class DecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=list(DECISION_LABELS.items()))
+    decision = forms.ChoiceField(choices=_choices(JOB_DECISIONS))
     version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     note = NoteField()
+    # For a decision that takes a corrected payload (JSON; the service validates it).
+    payload = forms.CharField(required=False, max_length=PAYLOAD_MAX_CHARS, strip=False)
     # The second, explicit step of a destructive decision (rendered by the server, no JS dialog).
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
     # Set once the person deciding has been told that someone else is on the job.
@@ -107,7 +113,7 @@ class HoldForm(forms.Form):
 
 
 class BulkDecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
@@ -128,18 +134,19 @@ class BulkDecisionForm(forms.Form):
 class BulkRunForm(forms.Form):
     """The bulk form with "every job matching this filter" ticked: no selection, the filter."""
 
-    decision = forms.ChoiceField(choices=[(d, DECISION_LABELS[d]) for d in BULK_DECISIONS])
+    decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
     # Cancelling every matching job is confirmed on a page of its own first.
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 class ApprovalDecisionForm(forms.Form):
-    decision = forms.ChoiceField(choices=[("approve", "Approve replay"), ("reject", "Reject")])
+    decision = forms.ChoiceField(choices=_choices(APPROVAL_DECISIONS))
     note = NoteField()
 
 
 class AuditFilterForm(forms.Form):
+    q = forms.CharField(label="Find", required=False, max_length=320, validators=[reject_control_characters])
     job = forms.CharField(label="Job id", required=False, max_length=200, validators=[reject_control_characters])
     key = forms.CharField(
         label="Idempotency key", required=False, max_length=320, validators=[reject_control_characters]
@@ -159,6 +166,7 @@ class AuditFilterForm(forms.Form):
         self.is_valid()
         data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
         return AuditFilter(
+            q=(data.get("q") or "").strip(),
             job=(data.get("job") or "").strip(),
             key=(data.get("key") or "").strip(),
             actor=(data.get("actor") or "").strip(),
@@ -168,3 +176,13 @@ class AuditFilterForm(forms.Form):
             before=data.get("before") or "",
             size=data.get("size") or 100,
         )
+
+
+SILENCE_HOURS = [(1, "1 hour"), (4, "4 hours"), (24, "24 hours")]
+
+
+class AlertActionForm(forms.Form):
+    action = forms.ChoiceField(choices=[("acknowledge", "Acknowledge"), ("silence", "Silence")])
+    note = NoteField()
+    # The menu's lengths; the service refuses anything beyond RECKON_ALERT_SILENCE_MAX_H.
+    hours = forms.FloatField(label="For", required=False, min_value=0, widget=forms.Select(choices=SILENCE_HOURS))

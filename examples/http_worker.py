@@ -14,7 +14,7 @@ it pulls the next jobs of its action (`POST /api/v1/claims`, waiting for work) u
 seconds pass with nothing (then it says why) or `--max-jobs` are done.
 
 For each job: claim, begin, send with the job's idempotency key and marker, and record what the
-provider's answer proves, as `reckon_client.classify_status` / `classify_error` classify it:
+provider's answer proves (`reckon_client.post_effect`, with `classify_status` / `classify_error`):
 
     the connection was refused (nothing left this process)        retryable failure
     429 or 503 (the provider says it did nothing)                 retryable failure
@@ -32,23 +32,13 @@ Standard library only, besides the reckon_client package (`pip install ./clients
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import socket
 import sys
 import time
-from urllib.parse import urlsplit
 
-from reckon_client import (
-    Client,
-    Lease,
-    ReckonError,
-    UnexpectedAnswer,
-    Verdict,
-    classify_error,
-    classify_status,
-)
+from reckon_client import Client, Lease, ReckonError, UnexpectedAnswer, Verdict, post_effect
 
 STILL_TO_RUN = ("pending", "running")
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -56,44 +46,10 @@ FINISHED = ("succeeded", "failed", "cancelled")
 
 def send_mail(mail_url: str, lease: Lease, timeout: float) -> Verdict:
     """Send one message and record what the provider's answer proves; returns the verdict."""
-    parts = urlsplit(mail_url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    try:
-        try:
-            connection.connect()
-        except OSError as exc:  # nothing left this process: safe to try again
-            verdict = classify_error(exc, request_sent=False)
-            lease.record(verdict, f"mail provider unreachable: {exc}", evidence={"sent": False})
-            return verdict
-        payload = lease.payload
-        body = {"to": payload.get("to"), "subject": payload.get("subject", ""), "body": payload.get("body", "")}
-        headers = {
-            "Content-Type": "application/json",
-            "Idempotency-Key": lease.idempotency_key,
-            "X-Reckon-Marker": lease.idempotency_key,
-        }
-        try:
-            connection.request("POST", "/messages", body=json.dumps(body), headers=headers)
-            response = connection.getresponse()
-            raw = response.read()
-        except (OSError, http.client.HTTPException) as exc:  # the request left: it may have been sent
-            verdict = classify_error(exc, request_sent=True)
-            lease.record(verdict, f"no answer after sending: {type(exc).__name__}: {exc}", evidence={"sent": True})
-            return verdict
-    finally:
-        connection.close()
-    try:
-        answer = json.loads(raw or b"{}")
-    except ValueError:
-        answer = {"unreadable": raw[:200].decode(errors="replace")}
-    verdict = classify_status(response.status)
-    message_id = str(answer.get("message_id", "")) if isinstance(answer, dict) else ""
-    if verdict is Verdict.SUCCEEDED and not message_id:
-        verdict = Verdict.UNKNOWN  # accepted, but we cannot tell which message: the reconciler finds out
-    error = answer.get("error", answer) if isinstance(answer, dict) else answer
-    lease.record(verdict, f"{response.status} from the mail provider: {error}"[:2000], result_ref=message_id,
-                 evidence={"status": response.status, "body": answer})
-    return verdict
+    payload = lease.payload
+    body = {"to": payload.get("to"), "subject": payload.get("subject", ""), "body": payload.get("body", "")}
+    return post_effect(lease, f"{mail_url}/messages", body, result_field="message_id", provider="the mail provider",
+                       timeout=timeout)
 
 
 def run(lease: Lease, *, action: str, mail_url: str, timeout: float) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from gateway import upstream as upstreams
 from gateway.calls import RESULT
 from gateway.config import get_upstream, policy_for_action
 from ledger.models import Attempt, Job
-from reconciliation.lookups import Finding
+from reconciliation.findings import Finding
 from reconciliation.models import CheckOutcome
 
 EMPTY = (None, "", [], {})

@@ -44,6 +44,7 @@ CUT = 0.9
 APPROACH = 0.97  # fast approach to this share of the rate last refused
 APPROACH_PER_S = 0.5  # close half the gap to it each second
 OK_AGAIN = 2.0  # at this multiple of the rate last refused, the provider is no longer paced
+CALLS_WINDOW_S = 60.0  # the calls a process reports for the console: those of the last minute
 RATE_WINDOW_S = 1.0  # the accepted rate is measured over this long...
 MIN_SPAN_S = 0.25  # ...or since the first answer, but never over less than this
 
@@ -85,6 +86,7 @@ class _Provider:
     probe_at: float = 0.0
     throttled: int = 0  # 429s answered to this process
     sent: int = 0
+    calls: deque = field(default_factory=deque)  # times of the turns given within CALLS_WINDOW_S
     accepted: deque = field(default_factory=deque)  # times of answers other than 429, within RATE_WINDOW_S
     first_answer_at: float | None = None
     last_reason: str = ""
@@ -99,6 +101,7 @@ class Budget:
         self._lock = threading.Lock()
         self._providers: dict[str, _Provider] = {}
         self.changed = threading.Event()  # set when a provider's state changed (for publishing)
+        self.called = threading.Event()  # set when a provider was called (its rate is published too)
 
     def _get(self, name: str) -> _Provider:
         provider = self._providers.get(name)
@@ -133,6 +136,9 @@ class Budget:
             if pace:
                 provider.next_slot = start + 1 / pace
             provider.sent += 1
+            provider.calls.append(start)
+            _forget_calls_before(provider.calls, now - CALLS_WINDOW_S)
+        self.called.set()
         if wait > 0:
             time.sleep(wait)  # pacing the call itself, not waiting for another thread
         return Slot(self, name, start, probe)
@@ -217,6 +223,7 @@ class Budget:
                     "provider": provider.name, "state": state, "rate": provider.pace(),
                     "open_for_s": max(0.0, provider.open_until - now) if provider.open_until else None,
                     "throttled": provider.throttled, "sent": provider.sent, "failures": provider.failures,
+                    "calls_last_minute": _forget_calls_before(provider.calls, now - CALLS_WINDOW_S),
                     "reason": provider.last_reason,
                 })
             return rows
@@ -225,6 +232,14 @@ class Budget:
         """Drop every provider's state (tests and benchmarks start afresh)."""
         with self._lock:
             self._providers.clear()
+            self.called.clear()
+
+
+def _forget_calls_before(calls: deque, since: float) -> int:
+    """Drop the calls before `since`; how many remain."""
+    while calls and calls[0] < since:
+        calls.popleft()
+    return len(calls)
 
 
 @dataclass

@@ -14,11 +14,10 @@ import uuid
 
 from django.db import connection
 
-from ledger import endpoints, services
+from ledger import endpoints, hooks, services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
 from ledger.faults import fault_point
 from ledger.models import Job
-from reconciliation.providers import publish as publish_provider_states
 
 log = logging.getLogger("reckon.worker")
 
@@ -95,7 +94,7 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
         with LeaseKeeper(lease, renew_every) as keeper:
             outcome = _call(action.executor, job)
-        publish_provider_states()  # what this call taught the provider's budget, for the console
+        hooks.provider_called()  # what this call taught the provider's budget, for the console
         if isinstance(outcome, Succeeded):
             fault_point("after_provider_success", job_id)
         result = _record(keeper.lease, outcome)

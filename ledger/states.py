@@ -99,6 +99,9 @@ class EventKind(models.TextChoices):
     OPERATOR_CANCELLED = "operator_cancelled"
     OPERATOR_RECHECKED_IDENTITY = "operator_rechecked_identity"  # a blocked attempt's binding, looked at again
     OPERATOR_REPLAYED_BLOCKED = "operator_replayed_blocked"  # nothing was sent and the binding now matches
+    OPERATOR_CORRECTED_PAYLOAD = "operator_corrected_payload"  # a failed job's payload, before and after
+    OPERATOR_RETRIED_FAILED = "operator_retried_failed"  # one more attempt for a failed job, same key
+    OPERATOR_CLOSED_FAILED = "operator_closed_failed"  # the failure stands: no more attempts
     JOB_TAKEN = "job_taken"  # "I'm on it": the job has a holder
     JOB_RELEASED = "job_released"
     JOB_COMMENTED = "job_commented"  # a person's remark: no state change, kept in the history

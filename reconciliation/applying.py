@@ -21,7 +21,8 @@ from ledger.models import Attempt, Job
 from ledger.services import Batch, insert_objects, latest_attempts, lock_jobs
 from ledger.states import ActorType, EventKind, Execution, JobStatus
 from reconciliation import resolution
-from reconciliation.lookups import Finding, Look
+from reconciliation.findings import Finding
+from reconciliation.lookups import Look
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 from reconciliation.providers import publish as publish_provider_states
 

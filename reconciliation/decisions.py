@@ -1,5 +1,7 @@
-"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel,
-and for a blocked attempt (its identity did not match, nothing was sent): re-check identity, replay.
+"""Operators' decisions on a job: confirm, mark not found, escalate, retry reconciliation, cancel;
+for a blocked attempt (its identity did not match, nothing was sent): re-check identity, replay;
+for a failed job (nothing was done): retry as is, retry with a corrected payload, close.
+Each is declared once, with its label, help, key and role, in `reconciliation.registry`.
 
 The rules they apply are the reconciler's (`reconciliation.resolution`); this module adds what a
 person's decision needs around them.
@@ -12,7 +14,8 @@ operator, the note) in the same transaction as the change.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from contextlib import contextmanager
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
@@ -21,23 +24,26 @@ from approvals.models import ApprovalRequest
 from approvals.services import open_approval_request
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import when
 from ledger.services import (
     Batch,
     CommentRefused,
+    InvalidJob,
     LedgerError,
     comment_on_job,
     identity_mismatch,
     latest_attempt,
     lock_job,
 )
+from ledger.services.jobs import json_object
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
-from ledger.times import shown_time
-from reconciliation import resolution
+from reconciliation import registry, resolution
 from reconciliation.models import ReconciliationCheck
 from reconciliation.resolution import By
 
 ESCALATABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.BLOCKED)
 RECONCILABLE = (JobStatus.NEEDS_RECONCILIATION, JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED)
+FOR_FAILED_JOBS = ("retry_failed", "retry_corrected", "close_failed")
 
 
 class DecisionRefused(LedgerError):
@@ -70,6 +76,8 @@ DID = {
     EventKind.OPERATOR_ESCALATED: "escalated this job",
     EventKind.OPERATOR_RETRIED_RECONCILIATION: "sent this job back to reconciliation",
     EventKind.OPERATOR_CANCELLED: "cancelled this job",
+    EventKind.OPERATOR_RETRIED_FAILED: "retried this failed job",
+    EventKind.OPERATOR_CLOSED_FAILED: "closed this failed job",
     EventKind.RECONCILED_CONFIRMED: "found the effect at the provider",
     EventKind.RECONCILED_NOT_FOUND: "found no effect at the provider",
     EventKind.RECONCILED_CONFLICT: "found conflicting effects and escalated this job",
@@ -84,23 +92,6 @@ DID = {
     EventKind.SUCCEEDED: "recorded this job's success",
     EventKind.FAILED: "recorded this job's failure",
 }
-
-
-def ago(delta: timedelta) -> str:
-    """How long ago, as people say it: "just now", "1 minute ago", "3 hours ago"."""
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 45:
-        return "just now"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size or unit == "minute":
-            amount = max(1, round(seconds / size)) if unit == "minute" else seconds // size
-            return f"{amount} {unit}{'s' if amount != 1 else ''} ago"
-    return ""  # unreachable
-
-
-def when(at: datetime, now: datetime) -> str:
-    """"14:02:07 (2 minutes ago)", in the console's time zone (with the date when not today)."""
-    return f"{shown_time(at, now)} ({ago(now - at)})"
 
 
 def stale_message(event: LedgerEvent, now: datetime) -> str:
@@ -121,6 +112,8 @@ def allowed_decisions(job: Job, attempt: Attempt | None = None) -> list[str]:
 def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
     """None when `decision` is allowed; otherwise the reason it is not."""
     state = attempt.execution_state
+    if decision in FOR_FAILED_JOBS:
+        return _why_not_for_failed(decision, job, attempt)
     if job.status in FINISHED_JOB:
         return f"job {job.job_id} is already {job.status}"
     if decision == "mark_not_found" and not job.policy and declared_action(job.action) is None:
@@ -160,6 +153,24 @@ def _why_not(decision: str, job: Job, attempt: Attempt) -> str | None:
             return f"action {job.action} cannot be queried at its provider; confirm or mark not found instead"
     if decision == "cancel_job" and (job.status == JobStatus.RUNNING or state == Execution.RUNNING):
         return "a running job cannot be cancelled; wait for its attempt to finish or its lease to expire"
+    return None
+
+
+def _why_not_for_failed(decision: str, job: Job, attempt: Attempt) -> str | None:
+    if job.status != JobStatus.FAILED or attempt.execution_state != Execution.FAILED:
+        return (f"only a failed job can be retried or closed; job is {job.status}, "
+                f"attempt {attempt.number} is {attempt.execution_state}")
+    if decision == "close_failed":
+        return None
+    # The invariant: no retry may create a new side effect while a previous attempt is unknown.
+    unknown = job.attempts.filter(execution_state=Execution.UNKNOWN).values_list("number", flat=True).first()
+    if unknown is not None:
+        return f"attempt {unknown} is unknown: no retry may run until it is reconciled"
+    if not job.policy and declared_action(job.action) is None:
+        return (f"action {job.action} is not declared in this deployment and the job predates policy "
+                "snapshots: whether a retry needs approval is unknown here")
+    if decision == "retry_corrected" and job.action.startswith("mcp:"):  # the gateway's tool calls
+        return "an agent's tool call runs with the arguments the agent sends: correct them in the agent's next call"
     return None
 
 
@@ -266,8 +277,40 @@ def request_approval(*, job_id: str, version: int, user, note: str) -> Attempt:
     return attempt
 
 
-# Every decision by name, in the order the console shows them.
-DECISIONS = {
+def retry_failed(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """One more attempt for a failed job, as it is, with the same key (an irreversible action asks
+    a second person first)."""
+    with _deciding("retry_failed", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.retry_failed(batch, job, attempt, by=By.person(user), note=note,
+                                approval_reason=f"{user.get_username()} retries a failed job: {note}")
+    return attempt
+
+
+def retry_corrected(*, job_id: str, version: int, user, note: str, payload=None) -> Attempt:
+    """One more attempt for a failed job with a corrected payload (a JSON object, or its text), same
+    key. A payload that is not a JSON object, or that changes nothing, is refused; nothing changes."""
+    try:
+        payload = json_object("the corrected payload", payload)
+    except InvalidJob as invalid:
+        raise DecisionRefused(f"retry with this payload refused: {invalid}") from None
+    with _deciding("retry_corrected", job_id, version, user, note) as (batch, job, attempt, note):
+        if payload == job.payload:
+            raise DecisionRefused("retry with this payload refused: the payload is unchanged; retry as is instead")
+        resolution.retry_failed(
+            batch, job, attempt, by=By.person(user), note=note, payload=payload,
+            approval_reason=f"{user.get_username()} retries a failed job with a corrected payload: {note}",
+        )
+    return attempt
+
+
+def close_failed(*, job_id: str, version: int, user, note: str) -> Attempt:
+    """The failure stands: no more attempts, the job leaves the failed work."""
+    with _deciding("close_failed", job_id, version, user, note) as (batch, job, attempt, note):
+        resolution.close_failed(batch, job, attempt, by=By.person(user), note=note)
+    return attempt
+
+
+_SERVICES = {
     "recheck_identity": recheck_identity,
     "replay_blocked": replay_blocked,
     "confirm_effect": confirm_effect,
@@ -275,22 +318,28 @@ DECISIONS = {
     "escalate": escalate,
     "retry_reconciliation": retry_reconciliation,
     "request_approval": request_approval,
+    "retry_failed": retry_failed,
+    "retry_corrected": retry_corrected,
+    "close_failed": close_failed,
     "cancel_job": cancel_job,
 }
-# Decisions that end a job for good: the console asks for a second, explicit step.
-DESTRUCTIVE = ("cancel_job",)
+# Every decision by name, in the registry's order (the order the console shows them).
+DECISIONS = {decision.name: _SERVICES[decision.name] for decision in registry.JOB_DECISIONS}
 
 
-def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False) -> Attempt:
-    """The decision called `decision` (one of DECISIONS), as a form names it. On a job another
-    operator holds, it is refused (HeldDecision) unless `despite_holder`."""
+def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False,
+           payload=None) -> Attempt:
+    """The decision called `decision` (one of DECISIONS), as a form names it; `payload` is for a
+    decision that takes one (the registry's `takes_payload`). On a job another operator holds, it
+    is refused (HeldDecision) unless `despite_holder`."""
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
+    extra = {"payload": payload} if registry.REGISTRY[decision].takes_payload else {}
     try:
         with transaction.atomic():
             if not despite_holder:
                 _refuse_if_held(job_id, version, user)
-            return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note)
+            return DECISIONS[decision](job_id=job_id, version=version, user=user, note=note, **extra)
     except StaleDecision as stale:
         # The race loser saw something too: their note stays in the job's history as a comment.
         try:
@@ -320,39 +369,21 @@ def _require_note(note) -> None:
         raise DecisionRefused("a note is required: say why, for the audit trail")
 
 
-class _deciding:
+@contextmanager
+def _deciding(decision: str, job_id: str, version: int, user, note: str):
     """Lock the job, refuse stale or disallowed decisions, hold one transaction open, and write
-    the decision's batch when the block ends."""
-
-    def __init__(self, decision: str, job_id: str, version: int, user, note: str):
-        _require_note(note)
-        self.decision, self.job_id, self.version, self.note = decision, job_id, version, note.strip()
-        self.user = user
-        self.atomic = transaction.atomic()
-        self.batch = Batch()
-
-    def __enter__(self):
-        self.atomic.__enter__()
-        try:
-            job = lock_job(job_id=self.job_id)
-            attempt = latest_attempt(job)
-            if attempt.version != self.version:
-                # The latest change of state (a hold or a signal changes none, so it is skipped).
-                last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
-                raise StaleDecision(stale_message(last, job.db_now), event=last)
-            why = _why_not(self.decision, job, attempt)
-            if why:
-                raise DecisionRefused(f"{self.decision.replace('_', ' ')} refused: {why}")
-        except BaseException as exc:
-            self.atomic.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self.batch, job, attempt, self.note
-
-    def __exit__(self, *exc):
-        try:
-            if exc[0] is None:
-                self.batch.flush()
-        except BaseException as error:
-            self.atomic.__exit__(type(error), error, error.__traceback__)
-            raise
-        return self.atomic.__exit__(*exc)
+    the decision's batch when the block ends (nothing, if it raises)."""
+    _require_note(note)
+    with transaction.atomic():
+        job = lock_job(job_id=job_id)
+        attempt = latest_attempt(job)
+        if attempt.version != version:
+            # The latest change of state (a hold or a signal changes none, so it is skipped).
+            last = LedgerEvent.objects.filter(job=job).exclude(before=F("after")).order_by("-id").first()
+            raise StaleDecision(stale_message(last, job.db_now), event=last)
+        why = _why_not(decision, job, attempt)
+        if why:
+            raise DecisionRefused(f"{registry.REGISTRY[decision].label} refused: {why}")
+        batch = Batch()
+        yield batch, job, attempt, note.strip()
+        batch.flush()

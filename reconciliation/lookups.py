@@ -1,7 +1,7 @@
 """Looking unknown work up at its provider: with no lock held and no open transaction.
 
 A reconciler (the action's `reconciler`: a dotted path, or a webhook — reconciliation/webhooks.py)
-takes the job and the attempt in question and returns a `Finding`. Lookups run a few at a time (`Lookups`), so a slow provider
+takes the job and the attempt in question and returns a `Finding` (findings.py). Lookups run a few at a time (`Lookups`), so a slow provider
 never holds a row lock against workers or operators; what a reconciler needs from the ledger is
 read beforehand.
 """
@@ -11,32 +11,17 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from ledger import endpoints
 from ledger.actions import Webhook
 from ledger.models import Attempt, Job
+from reconciliation import webhooks
+from reconciliation.findings import Finding, where_it_was_sent
 from reconciliation.models import CheckOutcome
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a reconciler saw at the provider."""
-
-    outcome: str  # a CheckOutcome
-    reason: str  # for not_found: why a replay is safe; otherwise what was seen
-    evidence: dict = field(default_factory=dict)
-    result_ref: str = ""
-    # Set when the provider was not really asked (rate limited, circuit open): come back after
-    # this many seconds; such a look does not count towards RECKON_RECONCILE_MAX_CHECKS.
-    retry_in: float | None = None
-    # Where the reconciler asked (the provider's endpoint or account, in the terms of
-    # Attempt.sent_to; ledger.endpoints); "": it did not say.
-    asked: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,9 +41,7 @@ def look_up(job: Job, attempt: Attempt, reconciler: str | Webhook) -> Look:
     started = time.monotonic()
     try:
         if isinstance(reconciler, Webhook):
-            from reconciliation.webhooks import ask
-
-            finding = ask(reconciler, job, attempt)
+            finding = webhooks.ask(reconciler, job, attempt)
         else:
             finding = import_string(reconciler)(job, attempt)
     except Exception as exc:  # a broken reconciler proves nothing either
@@ -69,34 +52,6 @@ def look_up(job: Job, attempt: Attempt, reconciler: str | Webhook) -> Look:
                           evidence=finding.evidence, asked=finding.asked)
     finding = where_it_was_sent(attempt, finding)
     return Look(job, attempt, str(reconciler)[:200], finding, int((time.monotonic() - started) * 1000))
-
-
-def sent_elsewhere(attempt: Attempt, asked: str) -> Finding | None:
-    """Before asking `asked`: when the attempt's effect was sent somewhere else, the look could
-    only find nothing, which proves nothing — `unavailable`, and the provider is not asked."""
-    reason = endpoints.mismatch(asked=asked, sent_to=attempt.sent_to)
-    if not reason:
-        return None
-    return Finding(CheckOutcome.UNAVAILABLE, f"{reason}: this reconciler cannot see that provider, so finding "
-                   "nothing there proves nothing", {"asked": asked, "sent_to": attempt.sent_to}, asked=asked)
-
-
-def where_it_was_sent(attempt: Attempt, finding: Finding) -> Finding:
-    """A finding from a provider other than the one the effect was sent to (a reconciler that
-    says where it asked: a webhook's `asked`, a function's Finding.asked) decides nothing alone.
-    Absence there is `unavailable`, never `not_found`; a match there is a `conflict` for a person:
-    the effect may exist twice, or the marker matched another deployment's job."""
-    reason = endpoints.mismatch(asked=finding.asked, sent_to=attempt.sent_to)
-    if not reason or finding.outcome not in (CheckOutcome.NOT_FOUND, CheckOutcome.CONFIRMED):
-        return finding
-    evidence = {**finding.evidence, "asked": finding.asked, "sent_to": attempt.sent_to,
-                "answered": {"outcome": finding.outcome, "reason": finding.reason}}
-    if finding.outcome == CheckOutcome.NOT_FOUND:
-        return Finding(CheckOutcome.UNAVAILABLE, f"{reason}: nothing found there proves nothing", evidence,
-                       asked=finding.asked)
-    return Finding(CheckOutcome.CONFLICT, f"{reason}, yet it was found there: {finding.reason}; the effect may "
-                   "exist twice, or another deployment's job carries the same marker", evidence,
-                   result_ref=finding.result_ref, asked=finding.asked)
 
 
 def default_concurrency() -> int:

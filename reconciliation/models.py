@@ -55,6 +55,8 @@ class ProviderState(models.Model):
     open_until = models.DateTimeField(null=True, blank=True)
     throttled = models.PositiveBigIntegerField(default=0)  # 429s answered to this process so far
     reason = models.CharField(max_length=200, blank=True, default="")
+    # Turns this process took at the provider in the minute before updated_at (its recent rate).
+    calls_last_minute = models.PositiveIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField()
 
     class Meta:

@@ -29,22 +29,10 @@ from ledger.actions import PullReconciler, get_action, reconciled_elsewhere
 from ledger.models import Job
 from ledger.services import claim_for_reconciliation, complete_pass, latest_attempt, latest_attempts
 from reconciliation.applying import Decision, apply_looks, waiting
+from reconciliation.findings import prefetch_reported
 from reconciliation.lookups import Look, Lookups, look_up
-from reconciliation.reconcilers import prefetch_reported
 
 log = logging.getLogger("reckon.reconciliation")
-
-
-def reconcile_due_jobs(*, limit: int | None = None, concurrency: int | None = None) -> list[Decision]:
-    """One batch: claim due jobs, look them up, apply the outcomes (in one transaction)."""
-    jobs = claim_for_reconciliation(limit=limit or settings.RECKON_RECONCILE_BATCH,
-                                    exclude_actions=reconciled_elsewhere())
-    if not jobs:
-        return []
-    with Lookups(concurrency, background=False) as pool:  # nothing to overlap with: no thread for one
-        early, looking = _start_lookups(pool, jobs)
-        decided = {decision.job_id: decision for decision in early + _apply_done(looking)}
-    return [decided[job.job_id] for job in jobs if job.job_id in decided]
 
 
 def reconcile_until_idle(

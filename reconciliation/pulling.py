@@ -34,9 +34,9 @@ from ledger.services import (
 )
 from ledger.states import ActorType
 from reconciliation.applying import Decision, apply_looks, waiting
-from reconciliation.lookups import Finding, Look, where_it_was_sent
+from reconciliation.findings import REPORTED, Finding, prefetch_reported, where_it_was_sent
+from reconciliation.lookups import Look
 from reconciliation.models import CheckOutcome
-from reconciliation.reconcilers import REPORTED, prefetch_reported
 from reconciliation.resolution import By
 
 ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT, CheckOutcome.UNAVAILABLE)

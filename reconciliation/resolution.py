@@ -12,6 +12,10 @@ it here, through the transition layer's `Batch`, under the job lock:
 - **cancelled**: no more attempts; a pending approval is withdrawn.
 - **released**: after a restore, a queued attempt the provider never saw may run.
 
+And the ways out of a failed job (the attempt was refused, nothing was done): **retried** once
+more with the same key, its payload as is or corrected (an irreversible action asks a second
+person first, as a replay does), or **closed**.
+
 Each also ends reconciliation's schedule and any recovery hold (`_resolved`).
 """
 
@@ -129,6 +133,43 @@ def retry_reconciliation(batch: Batch, job: Job, attempt: Attempt, *, by: By, no
     batch.transition(job, attempt, **by.fields, kind=EventKind.OPERATOR_RETRIED_RECONCILIATION,
                      job_status=JobStatus.NEEDS_RECONCILIATION, note=note)
     trigger_reconciliation()  # also when the job was already waiting for it
+
+
+def retry_failed(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str, payload: dict | None = None,
+                 approval_reason: str) -> str:
+    """A failed job runs once more with the same key, beyond the policy's number of attempts (a
+    person decided it). A corrected `payload` replaces the job's, its before and after recorded
+    under the person's name. A reversible action's attempt is queued now; an irreversible one
+    waits for a second person's approval, which binds the payload as corrected. Returns
+    "replayed" or "awaiting_approval"."""
+    retry = {"attempt": attempt.number, "payload_corrected": payload is not None}
+    if payload is not None:
+        before = job.payload
+        batch.update_job(job, payload=payload)
+        batch.record_unchanged(
+            job, attempt, **by.fields, kind=EventKind.OPERATOR_CORRECTED_PAYLOAD, note=note,
+            evidence={"before": before, "after": payload, "changed": _changed_keys(before, payload)},
+        )
+    batch.transition(job, attempt, **by.fields, kind=EventKind.OPERATOR_RETRIED_FAILED, note=note, evidence=retry)
+    if policy_of(job).reversible:  # as declared when the job was enqueued
+        batch.open_next_attempt(job, attempt, **by.fields, note=f"retry with the same key: {note}", one_more=True)
+        return "replayed"
+    open_approval_request(
+        batch, job, attempt, requested_by=by.user, **by.fields, reason=approval_reason,
+        evidence={"retry_of_failed_job": {**retry, "by": by.actor, "note": note, "attempt_error": attempt.error},
+                  **({"payload_before": before, "payload_after": payload} if payload is not None else {})},
+    )
+    return "awaiting_approval"
+
+
+def close_failed(batch: Batch, job: Job, attempt: Attempt, *, by: By, note: str) -> None:
+    """The failure stands: no more attempts (the job becomes cancelled, its attempt stays failed)."""
+    batch.transition(job, attempt, **by.fields, kind=EventKind.OPERATOR_CLOSED_FAILED,
+                     job_status=JobStatus.CANCELLED, note=note)
+
+
+def _changed_keys(before: dict, after: dict) -> list[str]:
+    return sorted(key for key in before.keys() | after.keys() if before.get(key, ...) != after.get(key, ...))
 
 
 def _resolved(batch: Batch, job: Job) -> None:

@@ -18,9 +18,8 @@ from django.conf import settings
 from ledger.models import Attempt, Job
 from ledger.providers import NoAnswer, NotSent, call
 from ledger.smtp import endpoint, message_id_for
-from reconciliation.lookups import Finding, sent_elsewhere
+from reconciliation.findings import Finding, not_asked, sent_elsewhere
 from reconciliation.models import CheckOutcome
-from reconciliation.reconcilers import not_asked
 
 SUMMARY = ("seq", "message_id", "marker", "from", "to", "subject", "received_at")
 

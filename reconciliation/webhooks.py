@@ -15,7 +15,7 @@ result_ref, asked}`, signed for the question: its own `Reckon-Signature: v1=<hex
 HMAC-SHA256(secret, "answer.<question_id>." + the exact answer body) (the client's `sign_answer`).
 `asked` (optional) names the provider the receiver looked at, in the terms of the attempt's
 `sent_to` (where the worker sent the effect): when they differ, the answer decides nothing alone
-(reconciliation.lookups.where_it_was_sent). Anything else — a timeout, a 5xx, an answer not signed
+(reconciliation.findings.where_it_was_sent). Anything else — a timeout, a 5xx, an answer not signed
 for this question, invalid JSON, an unknown outcome, and (as for every reconciler) `not_found`
 without a reason — proves nothing: `unavailable`, with the usual back-off. The check row records
 the request and the answer.
@@ -34,7 +34,7 @@ from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_
 from ledger.actions import Webhook
 from ledger.budget import BUDGET, NotSent, parse_retry_after
 from ledger.models import Attempt, Job
-from reconciliation.lookups import Finding
+from reconciliation.findings import REPORTED, Finding
 from reconciliation.models import CheckOutcome
 
 ANSWERS = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.CONFLICT)
@@ -44,8 +44,6 @@ RAW_ANSWER_LIMIT = 2000
 
 def request_body(job: Job, attempt: Attempt, *, question_id: str) -> dict:
     """What the receiver is told: the job, the attempt in question, and what we know so far."""
-    from reconciliation.reconcilers import REPORTED
-
     return {
         "question_id": question_id,
         "job_id": job.job_id,

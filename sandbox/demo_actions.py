@@ -72,7 +72,7 @@ def smtp_server(job: Job) -> str:
     return smtp.endpoint(settings.RECKON_SMTP_HOST, settings.RECKON_SMTP_PORT)
 
 
-@action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.invoice",
+@action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.invoice",
         sent_to=_provider_at("RECKON_BILLING_URL"))
 def create_invoice(job: Job) -> Outcome:
     p = job.payload
@@ -86,7 +86,7 @@ def create_invoice(job: Job) -> Outcome:
     return _send(job, "POST", f"{settings.RECKON_BILLING_URL}/invoices", body, provider="billing")
 
 
-@action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.mail",
+@action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.mail",
         sent_to=_provider_at("RECKON_MAIL_URL"))
 def send_mail(job: Job) -> Outcome:
     p = job.payload
@@ -99,7 +99,7 @@ def send_mail(job: Job) -> Outcome:
 # HTTP", examples/http_worker.py): an external action is never queued to django-q2, so beside
 # `make run` the stack's own workers leave its jobs to yours. Reconciled like mail.send, by marker.
 register(Action("mail.external", executor=None, queryable=True, lease_ttl=LEASE_TTL,
-                reconciler="reconciliation.reconcilers.mail", source=f"module {__name__}"))
+                reconciler="sandbox.reconcilers.mail", source=f"module {__name__}"))
 
 
 def observe_profile(job: Job) -> dict:
@@ -115,10 +115,17 @@ def observe_profile(job: Job) -> dict:
     }
 
 
-@action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="reconciliation.reconcilers.post",
+@action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.post",
         observe_identity=observe_profile, sent_to=_provider_at("RECKON_PUBLISH_URL"),
-        check_by_hand="Log into the profile named in the job's identity binding and check which account it "
-                      "shows; fix the login if it is not the bound account, then re-check identity.")
+        check_by_hand=(
+            "Log into the profile named in the job's identity binding and check which account it shows; fix the "
+            "login if it is not the bound account, then re-check identity and replay.\n"
+            "In this demo the profiles live in the sandbox provider: log one into its bound account with\n"
+            f"curl -X PUT {settings.RECKON_PUBLISH_URL}/_admin/profiles/PROFILE -H 'Content-Type: application/json' "
+            "-d '{\"account\": \"ACCOUNT\"}'\n"
+            "(PROFILE and ACCOUNT as the identity binding names them). Then, on the queue's Blocked tab, filter by "
+            "this action, select every job matching the filter and re-check identity, then replay them the same way."
+        ))
 def publish_post(job: Job) -> Outcome:
     body = {"body": job.payload.get("body", ""), "marker": job.idempotency_key}
     return _send(

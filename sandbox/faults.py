@@ -84,41 +84,40 @@ def parse_header(value: str | None) -> Faults:
     return faults
 
 
-class FaultConfig:
-    """Configured fault rates, shared by all request threads."""
+class RatedFaults:
+    """What the sandboxes' fault configurations share (``PUT /_admin/faults``, the HTTP sandbox's
+    `FaultConfig` and the SMTP sandbox's): a rate per fault kind, drawn from a seeded
+    ``random.Random`` so that a run can be repeated, under a lock shared by the request threads; a
+    new configuration validated whole before anything changes; `reset` to the one the process
+    started with. A subclass names its KINDS and the FIELDS it takes beyond rates and seed, and
+    parses those (`_parse_options`) into `_options`."""
 
-    def __init__(self, rates: dict | None = None, latency: dict | None = None,
-                 seed: int | None = None):
+    KINDS: tuple[str, ...] = ()
+    FIELDS: tuple[str, ...] = ("rates", "seed")
+
+    def __init__(self, initial: dict):
         self._lock = threading.Lock()
-        self._random = random.Random(seed)  # nosec B311  # seeded fault injection, reproducible on purpose; not security
-        self._rates = {kind: 0.0 for kind in KINDS}
-        self._latency = {"min": 0.0, "max": 0.0}
-        self._seed = seed
-        self._initial = {"rates": rates or {}, "latency": latency or {}, "seed": seed}
-        self.update(self._initial)
-
-    @classmethod
-    def from_rate(cls, rate: float, seed: int | None = None) -> FaultConfig:
-        """``--fault-rate R``: R/3 for each of the three fault kinds."""
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-            raise FaultError(f"the fault rate must be between 0 and 1, got {rate!r}")
-        return cls(rates={kind: rate / 3 for kind in KINDS}, seed=seed)
+        self._random = random.Random(initial.get("seed"))  # nosec B311  # seeded fault injection, reproducible on purpose; not security
+        self._rates = dict.fromkeys(self.KINDS, 0.0)
+        self._options: dict = {}
+        self._seed = initial.get("seed")
+        self._initial = initial
+        self.update(initial)
 
     def update(self, data: object) -> dict:
-        """Replace the configuration (the body of ``PUT /_admin/faults``), validated first."""
+        """Replace the configuration (the body of ``PUT /_admin/faults``), validated whole first."""
         if not isinstance(data, dict):
             raise FaultError("the fault configuration must be a JSON object")
-        unknown = sorted(set(data) - {"rates", "latency", "seed"})
+        unknown = sorted(set(data) - set(self.FIELDS))
         if unknown:
-            raise FaultError(
-                f"unknown field(s) {', '.join(unknown)}; allowed: rates, latency, seed")
+            raise FaultError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(self.FIELDS)}")
         rates = self._parse_rates(data.get("rates") or {})
-        latency = self._parse_latency(data.get("latency") or {})
+        options = self._parse_options(data)
         seed = data.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise FaultError(f"seed must be an integer, got {seed!r}")
         with self._lock:
-            self._rates, self._latency = rates, latency
+            self._rates, self._options = rates, options
             if seed is not None:
                 self._seed = seed
                 self._random.seed(seed)
@@ -128,27 +127,57 @@ class FaultConfig:
         """Back to the configuration the process started with."""
         return self.update(self._initial)
 
-    @staticmethod
-    def _parse_rates(rates: object) -> dict:
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"rates": dict(self._rates), **self._options, "seed": self._seed}
+
+    def _parse_options(self, data: dict) -> dict:
+        return {}
+
+    def _parse_rates(self, rates: object) -> dict[str, float]:
         if not isinstance(rates, dict):
-            raise FaultError("rates must be an object like {\"error_5xx\": 0.1}")
-        unknown = sorted(set(rates) - set(KINDS))
+            raise FaultError(f'rates must be an object like {{"{self.KINDS[-1]}": 0.1}}')
+        unknown = sorted(set(rates) - set(self.KINDS))
         if unknown:
-            raise FaultError(
-                f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
-        parsed = {}
-        for kind in KINDS:
-            value = rates.get(kind, 0.0)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not 0 <= value <= 1:
+            raise FaultError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(self.KINDS)}")
+        parsed = dict.fromkeys(self.KINDS, 0.0)
+        for kind, value in rates.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise FaultError(f"rates.{kind} must be a number between 0 and 1, got {value!r}")
             parsed[kind] = float(value)
         if sum(parsed.values()) > 1 + 1e-9:
             raise FaultError("the fault rates must add up to at most 1")
         return parsed
 
-    @staticmethod
-    def _parse_latency(latency: object) -> dict:
+    def _drawn_kind(self) -> str | None:
+        """One roll against the rates (the caller holds the lock): the kind it lands on, if any."""
+        roll = self._random.random()
+        threshold = 0.0
+        for kind in self.KINDS:
+            threshold += self._rates[kind]
+            if roll < threshold:
+                return kind
+        return None
+
+
+class FaultConfig(RatedFaults):
+    """The HTTP sandbox's configured faults: rates and a latency range."""
+
+    KINDS = KINDS
+    FIELDS = ("rates", "latency", "seed")
+
+    def __init__(self, rates: dict | None = None, latency: dict | None = None, seed: int | None = None):
+        super().__init__({"rates": rates or {}, "latency": latency or {}, "seed": seed})
+
+    @classmethod
+    def from_rate(cls, rate: float, seed: int | None = None) -> FaultConfig:
+        """``--fault-rate R``: R/3 for each of the three fault kinds."""
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise FaultError(f"the fault rate must be between 0 and 1, got {rate!r}")
+        return cls(rates={kind: rate / 3 for kind in KINDS}, seed=seed)
+
+    def _parse_options(self, data: dict) -> dict:
+        latency = data.get("latency") or {}
         if not isinstance(latency, dict):
             raise FaultError("latency must be an object like {\"min\": 0.0, \"max\": 0.2}")
         unknown = sorted(set(latency) - {"min", "max"})
@@ -158,24 +187,15 @@ class FaultConfig:
         high = _seconds(latency.get("max", low), "latency.max")
         if low > high:
             raise FaultError("latency.min must not be greater than latency.max")
-        return {"min": low, "max": high}
-
-    def as_dict(self) -> dict:
-        with self._lock:
-            return {"rates": dict(self._rates), "latency": dict(self._latency), "seed": self._seed}
+        return {"latency": {"min": low, "max": high}}
 
     def draw(self) -> Faults:
         """The configured faults for one effect-creating request (at most one fault kind)."""
         with self._lock:
-            low, high = self._latency["min"], self._latency["max"]
+            low, high = self._options["latency"]["min"], self._options["latency"]["max"]
             latency = self._random.uniform(low, high) if high > 0 else 0.0
-            roll = self._random.random()
-            threshold = 0.0
-            for kind in KINDS:
-                threshold += self._rates[kind]
-                if roll < threshold:
-                    return Faults(latency=latency, **{kind: True})
-            return Faults(latency=latency)
+            kind = self._drawn_kind()
+        return Faults(latency=latency, **({kind: True} if kind else {}))
 
 
 class Latency:

@@ -67,6 +67,8 @@ def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> 
         Child("qcluster", manage + ["qcluster"]),
         Child("sweeper", manage + ["sweep_leases", "--loop"]),
         Child("reconciler", manage + ["reconcile", "--loop"]),
+        # Evaluates the alerts in a process of its own: it still runs when the loops above stop.
+        Child("watchdog", manage + ["watchdog", "--loop"]),
         Child("gateway", manage + ["mcp_gateway", "--host", gateway.hostname, "--port", str(gateway.port or 80)]),
     ] + ([workload] if demo else [])
 

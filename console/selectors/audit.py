@@ -10,11 +10,17 @@ from datetime import datetime
 from console.access import TenantFence
 from console.models import AdminAuditEntry
 from console.pagination import Page, decode_id_cursor, take_page
+from console.selectors.search import matching_ids
 from ledger.models import LedgerEvent
+
+# A search's events are those of the newest matching jobs, at most this many (the page says so):
+# each job's events come from its own index entries, so a search costs the same at any size.
+AUDIT_JOBS = 500
 
 
 @dataclass(frozen=True)
 class AuditFilter:
+    q: str = ""  # the console search's query: any part of an id, key, marker, payload or answer
     job: str = ""
     key: str = ""
     actor: str = ""
@@ -25,9 +31,17 @@ class AuditFilter:
     size: int = 100
 
 
-def audit_events(spec: AuditFilter, fence: TenantFence):
+def found_jobs(spec: AuditFilter, fence: TenantFence) -> list[int] | None:
+    """The jobs the search finds (newest first, one past AUDIT_JOBS to tell whether more match),
+    or None without a search."""
+    return matching_ids(spec.q, fence, AUDIT_JOBS + 1) if spec.q else None
+
+
+def audit_events(spec: AuditFilter, fence: TenantFence, found: list[int] | None = None):
     """Matching events of the fenced tenants' jobs, newest first, with the job and attempt."""
     events = fence.apply(LedgerEvent.objects.select_related("job", "attempt").order_by("-id"))
+    if spec.q:
+        events = events.filter(job_id__in=(found_jobs(spec, fence) if found is None else found)[:AUDIT_JOBS])
     if spec.job:
         events = events.filter(job__job_id=spec.job)
     if spec.key:
@@ -43,8 +57,8 @@ def audit_events(spec: AuditFilter, fence: TenantFence):
     return events
 
 
-def audit_page(spec: AuditFilter, fence: TenantFence) -> Page:
-    events = audit_events(spec, fence)
+def audit_page(spec: AuditFilter, fence: TenantFence, found: list[int] | None = None) -> Page:
+    events = audit_events(spec, fence, found)
     before = decode_id_cursor(spec.before)
     if before is not None:
         events = events.filter(id__lt=before)
@@ -53,9 +67,9 @@ def audit_page(spec: AuditFilter, fence: TenantFence) -> Page:
 
 def admin_changes(spec: AuditFilter):
     """Changes to users, groups and tenant scopes, newest first. Only the actor and the time
-    filters apply: a job, key or event kind names ledger events, so it matches no change here."""
+    filters apply: a search, a job, key or event kind names ledger events, so it matches no change here."""
     entries = AdminAuditEntry.objects.order_by("-id")
-    if spec.job or spec.key or spec.kind:
+    if spec.q or spec.job or spec.key or spec.kind:
         return entries.none()
     if spec.actor:
         entries = entries.filter(actor=spec.actor)

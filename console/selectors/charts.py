@@ -4,7 +4,8 @@ events (reconciliation outcomes, claimed deliveries).
 Both come from what the sampling schedule records once a minute (alerts.sampling): levels from
 alerts.LevelSample (every tenant, so only a user who sees every tenant gets them), event counts
 from alerts.EventCount (per hour and tenant, so they follow the tenant fence). A page view reads
-at most a week of those small rows, however large the history.
+at most a week of those small rows, however large the history. The last hour's per-minute event
+counts are read from the ledger's events themselves, so the minute in progress is counted live.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import DateTimeField, DurationField, F, Func, Max, Sum, Value
+from django.db.models import Count, DateTimeField, DurationField, F, Func, Max, Sum, Value
 from django.utils import timezone
 
 from alerts.models import EventCount, LevelSample
 from console.access import TenantFence
+from ledger.models import LedgerEvent
 from ledger.states import EventKind
+
+HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Window:
 
 
 WINDOWS = {
+    "1h": Window("1h", "last hour", timedelta(minutes=1), 60),
     "24h": Window("24h", "last 24 hours", timedelta(hours=1), 24),
     "7d": Window("7d", "last 7 days", timedelta(hours=6), 28),
 }
@@ -69,6 +74,8 @@ def _bin(window: Window, start: datetime, field: str) -> DateBin:
 
 def event_counts(window: Window, fence: TenantFence, kinds: dict[str, str], now: datetime | None = None) -> Series:
     start = window.start(now or timezone.now())
+    if window.step < HOUR:
+        return _recent_event_counts(window, start, fence, kinds)
     rows = (
         fence.apply(EventCount.objects.filter(kind__in=list(kinds), hour__gte=start), "tenant")
         .annotate(bucket=_bin(window, start, "hour"))
@@ -76,6 +83,25 @@ def event_counts(window: Window, fence: TenantFence, kinds: dict[str, str], now:
         .values_list("bucket", "kind")
         .annotate(n=Sum("count"))
     )
+    return _series(window, start, kinds, rows)
+
+
+def _recent_event_counts(window: Window, start: datetime, fence: TenantFence, kinds: dict[str, str]) -> Series:
+    """Buckets shorter than the sampled hours, counted from the ledger itself, up to this moment:
+    an index range over the window's events of each kind (event_kind_at), so the cost follows the
+    last hour's traffic, not the history's size."""
+    events = LedgerEvent.objects.filter(kind__in=list(kinds), at__gte=start)
+    rows = (
+        fence.apply(events)
+        .annotate(bucket=_bin(window, start, "at"))
+        .order_by()
+        .values_list("bucket", "kind")
+        .annotate(n=Count("id"))
+    )
+    return _series(window, start, kinds, rows)
+
+
+def _series(window: Window, start: datetime, kinds: dict[str, str], rows) -> Series:
     starts = [start + i * window.step for i in range(window.buckets)]
     index = {bucket: i for i, bucket in enumerate(starts)}
     values = {name: [0] * window.buckets for name in kinds.values()}

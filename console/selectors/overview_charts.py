@@ -4,6 +4,7 @@ reconciliation outcomes and delivery throughput (counted from the ledger's event
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from console.access import TenantFence
 from console.charts import Chart, Style, age_ceiling, age_text, lines, stacked_bars
@@ -20,6 +21,9 @@ LEVEL_STYLES = [Style("unknown", "unknown"), Style("human", "waiting for a perso
 AGE_STYLES = [Style("oldest", "oldest unknown", "oldest")]
 
 
+STEP_NAMES = {timedelta(minutes=1): "minute", timedelta(hours=1): "hour"}
+
+
 @dataclass
 class OverviewCharts:
     window: Window
@@ -29,7 +33,7 @@ class OverviewCharts:
 
 
 def overview_charts(window: Window, fence: TenantFence) -> OverviewCharts:
-    step = "hour" if window.step.total_seconds() == 3600 else f"{int(window.step.total_seconds() // 3600)} hours"
+    step = STEP_NAMES.get(window.step, f"{int(window.step.total_seconds() // 3600)} hours")
     level_charts = []
     if fence.everything:
         sampled = levels(window)

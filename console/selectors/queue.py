@@ -1,6 +1,7 @@
-"""The unknown-work queue: jobs that a human or the reconciler must resolve, oldest first.
+"""The unknown-work queue: jobs that a human or the reconciler must resolve, oldest first; and
+failed jobs, which wait for a retry or to be closed.
 
-Every query here is bounded by the queue (the five unknown statuses) or by the page size,
+Every query here is bounded by the queue (the five unknown statuses, and failed) or by the page size,
 never by the job history: one COUNT grouped by status, one page of jobs, one query for the
 page's latest attempts, one for their latest telling events (the reason in each row).
 """
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from alerts.conditions import bound_text
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from console.selectors.triage import attach_triage
@@ -24,12 +26,17 @@ RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
 # have reached the provider, with decisions of their own.
 BLOCKED = (JobStatus.BLOCKED,)
 MAY_HAVE_SENT = (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)
+# Failed jobs did nothing (the provider refused, or every attempt was used): they wait for a retry
+# or to be closed, apart from the unknown work.
+FAILED = (JobStatus.FAILED,)
 
 TABS = {
     "human": ("Needs a human", MAY_HAVE_SENT),
     "blocked": ("Blocked, nothing sent", BLOCKED),
     "reconciling": ("Reconciling", RECONCILING),
+    "failed": ("Failed", FAILED),
 }
+QUEUED_STATUSES = tuple(status for _, statuses in TABS.values() for status in statuses)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class QueueFilter:
     action: str = ""
     tenant: str = ""
     older_than: int | None = None  # minutes
+    older_than_s: float | None = None  # seconds: an alert's bound, exactly
     search: str = ""
     newest_first: bool = False
     after: str = ""
@@ -47,7 +55,12 @@ class QueueFilter:
     @property
     def narrowed(self) -> bool:
         """Whether anything beyond the tab narrows the list (an empty list then says no job matches)."""
-        return bool(self.status or self.action or self.tenant or self.older_than or self.search)
+        return bool(self.status or self.action or self.tenant or self.older_than or self.older_than_s
+                    or self.search)
+
+    @property
+    def older_than_s_text(self) -> str:
+        return bound_text(self.older_than_s) if self.older_than_s else ""
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -73,8 +86,15 @@ def unknown_work_counts(fence: TenantFence) -> dict[str, int]:
     return {status.value: counts.get(status.value, 0) for status in UNKNOWN_WORK}
 
 
+def queue_status_counts(fence: TenantFence) -> dict[str, int]:
+    """Jobs per status of every tab (the unknown work, then failed jobs not yet closed)."""
+    counts = fence.jobs(Job.objects.filter(status__in=QUEUED_STATUSES)).counts_by_status()
+    return {status.value: counts.get(status.value, 0) for status in (*UNKNOWN_WORK, *FAILED)}
+
+
 def tab_counts(counts: dict[str, int]) -> dict[str, int]:
-    return {tab: sum(counts[s.value] for s in statuses) for tab, (_, statuses) in TABS.items()}
+    """Jobs per tab, from per-status `counts` (a tab whose statuses are not counted there: 0)."""
+    return {tab: sum(counts.get(s.value, 0) for s in statuses) for tab, (_, statuses) in TABS.items()}
 
 
 def oldest_unknown_at(fence: TenantFence) -> datetime | None:
@@ -91,6 +111,8 @@ def filtered_jobs(spec: QueueFilter, fence: TenantFence):
         jobs = jobs.filter(tenant__iexact=spec.tenant)
     if spec.older_than:
         jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(minutes=spec.older_than))
+    if spec.older_than_s:
+        jobs = jobs.filter(created_at__lt=timezone.now() - timedelta(seconds=spec.older_than_s))
     if spec.search:
         # The start of an id or key, in any case, as people type it (the marker our providers
         # carry is the idempotency key itself). Bounded by the queue's statuses, like the rest.

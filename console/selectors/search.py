@@ -1,12 +1,17 @@
-"""The header's search: any job, resolved ones included, by the start of its id, key or marker.
+"""Finding jobs by what people paste: any part of an id, a key or marker, a payload value (an
+email address, a customer), or a provider's answer (an invoice id, a Message-ID, an error).
 
-Case-insensitive prefix matching on the job id and on the idempotency key (which is also the
-marker our providers carry), in two index scans (job_search_job_id, job_search_key:
-`UPPER(column) text_pattern_ops`), each in its index's order and stopped after a page of rows:
-a search costs the same on a thousand jobs as on millions. Written in SQL because the order
-that lets PostgreSQL walk such an index (`USING ~<~`) is not one the ORM can say; without it the
-planner may pick a heap scan for a prefix most jobs share, which stops early only when the
-matches happen to lie near the start of the table.
+Three characters or more are looked for anywhere, in any case (`ILIKE '%…%'`), in each job's
+id, key and payload (ledger.JobSearchText, kept by a trigger; its GIN trigram index
+job_search_text) and in the answers its attempts recorded (attempt_search_answer), newest job
+first, a page at a time (keyset on the job's primary key, never an OFFSET). Each side takes one page past the cursor in its own index's plan and the
+two are merged, so a page costs what its matches cost, not the table. Fewer than three characters
+hold no trigram: they are matched at the start of ids and keys only (job_search_job_id,
+job_search_key). Why trigrams and not full-text search: full-text matches words from their start,
+and the end of an id, a domain, or the digits inside an invoice number are not words.
+
+ANSWER_TEXT is the answers' index's own expression (ledger migration 0016): PostgreSQL uses an
+index only for a query that spells its expression.
 """
 
 from __future__ import annotations
@@ -14,69 +19,112 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import Q
+from django.db.models.functions import Upper
 
 from console.access import TenantFence
 from ledger.models import Job
 
 SHOWN = 50
+INSIDE_FROM = 3  # characters; a shorter fragment has no trigram
+ANSWER_TEXT = "(a.result_ref || ' ' || a.error)"
+ANSWERED = "(a.result_ref <> '' OR a.error <> '')"  # the partial index's condition
 COLUMNS = ("id", "job_id", "tenant", "action", "status", "idempotency_key", "holder", "held_since",
            "created_at", "updated_at")
-_SIDE = (
-    "(SELECT id FROM ledger_job WHERE UPPER({column}::text) LIKE UPPER(%s) ESCAPE '\\'{fence} "
-    "ORDER BY UPPER({column}::text) USING ~<~ LIMIT %s)"
-)
 
 
 @dataclass
 class SearchResult:
     query: str
     jobs: list[Job]
-    more: bool  # more jobs match than are shown: type more of the id
+    next_cursor: str | None = None  # the next page starts after this job (its primary key)
+    cursor: str = ""  # this page's: "" for the first
+    exact: Job | None = None  # the job whose whole id or key is the query (any case)
 
     @property
-    def exact(self) -> Job | None:
-        """The one job whose id or key is the query itself (any case), when it is the only match."""
-        if len(self.jobs) == 1 and not self.more:
-            job, wanted = self.jobs[0], self.query.upper()
-            if wanted in (job.job_id.upper(), job.idempotency_key.upper()):
-                return job
-        return None
+    def inside(self) -> bool:
+        """Whether the query was looked for anywhere, not only at the start of ids and keys."""
+        return len(self.query) >= INSIDE_FROM
 
 
 def like_prefix(text: str) -> str:
     """A LIKE pattern (ESCAPE '\\') matching strings that start with `text`, taken literally."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return _literal(text) + "%"
 
 
-def matching_sql(query: str, fence: TenantFence, limit: int) -> tuple[str, list]:
-    """The statement selecting the ids of up to `limit` jobs by id prefix and up to `limit` by key
-    prefix (duplicates removed), and its parameters."""
-    fence_sql, fence_params = ("", []) if fence.everything else (" AND tenant = ANY(%s)", [sorted(fence.tenants)])
-    parts, params = [], []
-    for column in ("job_id", "idempotency_key"):
-        parts.append(_SIDE.format(column=column, fence=fence_sql))
-        params += [like_prefix(query), *fence_params, limit]
-    return " UNION ".join(parts), params
+def like_inside(text: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') matching strings that contain `text`, taken literally."""
+    return "%" + _literal(text) + "%"
 
 
-def matching_ids(query: str, fence: TenantFence, limit: int) -> list[int]:
+def _literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def matching_sql(query: str, fence: TenantFence, limit: int, before: int | None = None) -> tuple[str, list]:
+    """The statement selecting the primary keys of up to `limit` jobs matching `query`, newest
+    first, older than `before` when given; and its parameters."""
+
+    def scope(tenant: str, job: str) -> tuple[str, list]:
+        sql, params = "", []
+        if not fence.everything:
+            sql, params = f" AND {tenant} = ANY(%s)", [sorted(fence.tenants)]
+        if before is not None:
+            sql, params = f"{sql} AND {job} < %s", [*params, before]
+        return sql, params
+
+    if len(query) < INSIDE_FROM:
+        pattern, (where, params) = like_prefix(query), scope("j.tenant", "j.id")
+        sql = ("SELECT j.id FROM ledger_job j WHERE (UPPER(j.job_id::text) LIKE UPPER(%s) ESCAPE '\\' "  # nosec B608  # fixed fragments of this module; values bound
+               f"OR UPPER(j.idempotency_key::text) LIKE UPPER(%s) ESCAPE '\\'){where} ORDER BY j.id DESC LIMIT %s")
+        return sql, [pattern, pattern, *params, limit]
+    pattern = like_inside(query)
+    texts_where, texts_params = scope("s.tenant", "s.job_id")
+    texts = (f"(SELECT s.job_id AS id FROM ledger_jobsearchtext s WHERE s.text ILIKE %s ESCAPE '\\'{texts_where} "  # nosec B608  # fixed fragments of this module; values bound
+             "ORDER BY s.job_id DESC LIMIT %s)")
+    answers_where, answers_params = scope("j.tenant", "a.job_id")
+    answers = (f"(SELECT DISTINCT a.job_id AS id FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id "  # nosec B608  # fixed fragments of this module; values bound
+               f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}{answers_where} ORDER BY a.job_id DESC LIMIT %s)")
+    params = [pattern, *texts_params, limit, pattern, *answers_params, limit, limit]
+    return f"SELECT id FROM ({texts} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", params  # nosec B608  # fixed fragments of this module; values bound
+
+
+def matching_ids(query: str, fence: TenantFence, limit: int, before: int | None = None) -> list[int]:
     if fence.empty:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(*matching_sql(query, fence, limit))
+        cursor.execute(*matching_sql(query, fence, limit, before))
         return [row[0] for row in cursor.fetchall()]
 
 
-def find_jobs(query: str, fence: TenantFence, *, shown: int = SHOWN) -> SearchResult:
-    """Jobs of the fenced tenants whose id or key starts with `query`, in any case; exact matches
-    first, then by id. An empty query finds nothing."""
+def exact_job(query: str, fence: TenantFence) -> Job | None:
+    """The job whose whole id or idempotency key is `query`, in any case (the prefix indexes serve it)."""
+    if fence.empty:
+        return None
+    wanted = query.upper()
+    jobs = Job.objects.annotate(upper_id=Upper("job_id"), upper_key=Upper("idempotency_key"))
+    return fence.jobs(jobs.filter(Q(upper_id=wanted) | Q(upper_key=wanted))).only(*COLUMNS).order_by("pk").first()
+
+
+def parse_cursor(cursor: str) -> int | None:
+    try:
+        return int(cursor) if cursor else None
+    except ValueError:
+        return None
+
+
+def find_jobs(query: str, fence: TenantFence, *, cursor: str = "", shown: int = SHOWN) -> SearchResult:
+    """A page of the fenced tenants' jobs matching `query`, newest first. An empty query finds nothing."""
     query = query.strip()
     if not query:
-        return SearchResult(query, [], False)
-    ids = matching_ids(query, fence, shown + 1)  # one row past the page says whether more match
-    wanted = query.upper()
-    ordered = sorted(
-        Job.objects.filter(pk__in=ids).only(*COLUMNS),
-        key=lambda job: (wanted not in (job.job_id.upper(), job.idempotency_key.upper()), job.job_id.upper(), job.pk),
+        return SearchResult(query, [])
+    before = parse_cursor(cursor)
+    ids = matching_ids(query, fence, shown + 1, before)  # one row past the page says whether more match
+    jobs = sorted(Job.objects.filter(pk__in=ids[:shown]).only(*COLUMNS), key=lambda job: -job.pk)
+    return SearchResult(
+        query,
+        jobs,
+        next_cursor=str(jobs[-1].pk) if len(ids) > shown else None,
+        cursor=str(before) if before is not None else "",
+        exact=exact_job(query, fence) if before is None else None,
     )
-    return SearchResult(query, ordered[:shown], len(ordered) > shown)

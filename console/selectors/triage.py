@@ -45,7 +45,7 @@ SETTLED = {
     JobStatus.PENDING: ("queued for a worker", "a worker claims it"),
     JobStatus.RUNNING: ("a worker holds its lease", "wait for the attempt to finish or its lease to expire"),
     JobStatus.SUCCEEDED: ("done: the effect happened", "nothing left to do"),
-    JobStatus.FAILED: ("failed: no attempt may run again", "nothing left to do"),
+    JobStatus.FAILED: ("failed: nothing was done", "retry it as is or with a corrected payload, or close it"),
     JobStatus.CANCELLED: ("cancelled", "nothing left to do"),
 }
 
@@ -75,6 +75,8 @@ def latest_telling_events(job_pks: list[int]) -> dict[int, LedgerEvent]:
 def triage(job: Job, attempt: Attempt | None, event: LedgerEvent | None) -> Triage:
     kind = event.kind if event else ""
     note = event.note if event else ""
+    if job.status == JobStatus.FAILED and attempt is not None and attempt.error:
+        return Triage(f"failed: {attempt.error}", SETTLED[job.status][1])
     if job.status not in UNKNOWN_WORK:
         return Triage(*SETTLED[job.status])
     if attempt is not None and attempt.execution_state == Execution.BLOCKED:

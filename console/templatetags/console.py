@@ -12,7 +12,8 @@ from django.utils.html import format_html
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import APPROVERS, TenantFence, fence_of, has_role
-from ledger.times import kept_time, shown_time
+from ledger import moments
+from ledger.moments import kept_time, shown_time
 
 register = template.Library()
 
@@ -33,23 +34,12 @@ def approvals_waiting(user) -> int | None:
 
 @register.filter
 def ago(value: datetime | None, now: datetime | None = None) -> str:
-    if value is None:
-        return ""
-    seconds = int(((now or timezone.now()) - value).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 45:
-        return "just now" if not future else "in a few seconds"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size or unit == "min":
-            amount = max(1, round(seconds / size)) if unit == "min" else seconds // size
-            return f"in {amount} {unit}" if future else f"{amount} {unit} ago"
-    return ""  # unreachable
+    return "" if value is None else moments.ago((now or timezone.now()) - value, short=True)
 
 
 @register.filter
 def stamp(value: datetime | None) -> str:
-    """<time> with the full time in its title and attribute, shown as time (`ledger.times`, the
+    """<time> with the full time in its title and attribute, shown as time (`ledger.moments`, the
     date when not today) and age."""
     if value is None:
         return "—"

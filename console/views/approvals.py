@@ -11,6 +11,7 @@ from console.forms import ApprovalDecisionForm
 from console.views.queue import QUEUE_CHANGED
 from ledger.models import LedgerEvent
 from ledger.states import EventKind
+from reconciliation.registry import APPROVAL_DECISIONS
 
 RECENTLY_DECIDED = 20
 
@@ -37,10 +38,8 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         except approval_services.ApprovalRefused as refused:
             notice = ("error", str(refused))
         else:
-            notice = (
-                "success",
-                f"Replay of {approval.job.job_id} {'approved' if decision == 'approve' else 'rejected'}.",
-            )
+            outcome = "approved" if decision == "approve" else "rejected"
+            notice = ("success", f"Replay of {approval.job.job_id} {outcome}.")
     else:
         notice = ("error", "; ".join(e for errors in form.errors.values() for e in errors))
     if not request.htmx:
@@ -72,6 +71,7 @@ def _context(request: HttpRequest, notice=None, notice_for: int | None = None) -
         # Expired requests apart: nobody decided them, and their jobs went back to the operators.
         "expired": list(requests.filter(status=ApprovalStatus.EXPIRED).order_by("-decided_at", "-id")[:RECENTLY_DECIDED]),
         "may_approve": may_approve,
+        "approval_decisions": APPROVAL_DECISIONS,
         "notice": notice,
         "notice_for": notice_for,
     }

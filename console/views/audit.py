@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 from console.access import READERS, fence_of, role_required
 from console.csv_export import csv_download
 from console.forms import AuditFilterForm
-from console.selectors.audit import admin_changes, audit_events, audit_page
+from console.selectors.audit import AUDIT_JOBS, admin_changes, audit_events, audit_page, found_jobs
 from ledger.states import EventKind
 
 CSV_COLUMNS = (
@@ -38,7 +38,8 @@ def audit(request: HttpRequest) -> HttpResponse:
     form = AuditFilterForm(request.GET)
     spec = form.spec()
     fence = fence_of(request.user)
-    page = audit_page(spec, fence)
+    found = found_jobs(spec, fence)
+    page = audit_page(spec, fence, found)
     params = request.GET.copy()
     params.pop("before", None)
     next_query = None
@@ -56,6 +57,8 @@ def audit(request: HttpRequest) -> HttpResponse:
             "next_query": next_query,
             "filter_query": params.urlencode(),
             "known_kinds": KNOWN_KINDS,
+            "found_jobs": None if found is None else min(len(found), AUDIT_JOBS),
+            "more_jobs": found is not None and len(found) > AUDIT_JOBS,
             # People and permissions span every tenant: only a user who sees every tenant sees them.
             "admin_changes": list(admin_changes(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
         },

@@ -10,25 +10,27 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from console import bulk_runs
 from console.access import OPERATORS, role_required
-from console.forms import DECISION_LABELS, BulkRunForm, QueueFilterForm
+from console.forms import BulkRunForm, QueueFilterForm
 from console.models import BulkRun
+from reconciliation.registry import REGISTRY
 
 QUEUE_CHANGED = "queue-changed"  # console.views.queue's event (that module routes here)
 
 
 def start(request: HttpRequest, form: BulkRunForm, filters: dict) -> HttpResponse:
-    """From the queue's bulk form with "every job matching" ticked (`form` is valid). Cancelling
-    asks first, on the page; once confirmed (or for a retry, which takes nothing back) the run
-    starts and the browser goes to its page."""
-    decision, note = form.cleaned_data["decision"], form.cleaned_data["note"]
-    if decision == "cancel_job" and not form.cleaned_data["confirmed"]:
+    """From the queue's bulk form with "every job matching" ticked (`form` is valid). A decision
+    that asks first (the registry's `confirm`: cancel, close) asks on the page; once confirmed (or
+    for one that takes nothing back, a retry) the run starts and the browser goes to its page."""
+    decision, note = REGISTRY[form.cleaned_data["decision"]], form.cleaned_data["note"]
+    if decision.confirm and not form.cleaned_data["confirmed"]:
         spec = QueueFilterForm(filters).spec()
-        context = {"decision": decision, "label": DECISION_LABELS[decision], "note": note, "filters": filters,
+        context = {"decision": decision.name, "label": decision.label, "confirm_text": decision.confirm,
+                   "note": note, "filters": filters,
                    "matching": bulk_runs.matching(spec, request.user).count(),
                    "queue_url": _queue_url(filters)}
         template = "console/bulk_run.html#bulk-confirm" if request.htmx else "console/bulk_run.html"
         return render(request, template, context)
-    run = bulk_runs.start_run(user=request.user, decision=decision, note=note, filters=filters)
+    run = bulk_runs.start_run(user=request.user, decision=decision.name, note=note, filters=filters)
     url = reverse("bulk_run", args=[run.pk])
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
@@ -55,7 +57,7 @@ def _own_run(request: HttpRequest, run_id: int) -> BulkRun:
 
 
 def _context(run: BulkRun) -> dict:
-    return {"run": run, "label": DECISION_LABELS[run.decision], "filters": run.filters,
+    return {"run": run, "label": REGISTRY[run.decision].label, "filters": run.filters,
             "queue_url": _queue_url(run.filters),
             "percent": round(100 * run.done / run.total) if run.total else 100}
 

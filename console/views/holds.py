@@ -13,8 +13,8 @@ from console.access import OPERATORS, role_required, visible_jobs
 from console.forms import HoldForm
 from console.views.jobs import _context as job_page_context  # the panel shows what the job page shows
 from console.views.queue import QUEUE_CHANGED
+from ledger.moments import when
 from ledger.services import HeldByAnother, LedgerError, release_job, take_job
-from reconciliation.decisions import when
 
 
 @require_POST

@@ -4,6 +4,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.access import READERS, fence_of, role_required
+from console.selectors.alerts import firing_titles
 from console.selectors.charts import WINDOWS
 from console.selectors.overview import overview as overview_figures
 from console.selectors.overview_charts import overview_charts
@@ -13,10 +14,10 @@ from console.selectors.overview_charts import overview_charts
 @role_required(*READERS)
 def overview(request: HttpRequest) -> HttpResponse:
     fence = fence_of(request.user)
+    live = {"overview": overview_figures(fence), "alerts_firing": firing_titles()}
     if request.htmx:  # the live figures' refresh; the charts refresh on their own
-        return render(request, "console/overview.html#overview-live", {"overview": overview_figures(fence)})
-    return render(request, "console/overview.html",
-                  {"overview": overview_figures(fence), "charts": overview_charts(_window(request), fence)})
+        return render(request, "console/overview.html#overview-live", live)
+    return render(request, "console/overview.html", {**live, "charts": overview_charts(_window(request), fence)})
 
 
 @require_GET
@@ -27,7 +28,7 @@ def charts(request: HttpRequest) -> HttpResponse:
 
 
 def _window(request: HttpRequest):
-    """The charts' window from `?range=` (24h or 7d); anything else shows the last 24 hours."""
+    """The charts' window from `?range=` (1h, 24h or 7d); anything else shows the last 24 hours."""
     return WINDOWS.get(request.GET.get("range", ""), WINDOWS["24h"])
 
 

@@ -6,14 +6,15 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from console.access import OPERATORS, READERS, TenantFence, fence_of, has_role, role_required
-from console.forms import DECISION_LABELS, BulkDecisionForm, BulkRunForm, QueueFilterForm
+from console.forms import BulkDecisionForm, BulkRunForm, QueueFilterForm
 from console.job_ids import is_valid_job_id
-from console.selectors.queue import TABS, filtered_jobs, queue_jobs, tab_counts, unknown_work_counts
+from console.selectors.queue import TABS, filtered_jobs, queue_jobs, queue_status_counts, tab_counts
 from ledger.services import LedgerError
 from reconciliation import decisions
+from reconciliation.registry import REGISTRY, bulk_decisions
 
 QUEUE_CHANGED = "queue-changed"
-FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "q", "sort", "size")
+FILTER_FIELDS = ("tab", "status", "action", "tenant", "older_than", "older_than_s", "q", "sort", "size")
 
 
 @require_GET
@@ -55,7 +56,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
         if visible and not form.cleaned_data["confirmed"]:
             # Asked again, by the server, with what it would apply to; nothing changes yet.
             selected = [f"{version}:{job_id}" for job_id, version in form.selected if job_id in visible]
-            confirm = {"decision": decision, "label": DECISION_LABELS[decision], "note": form.cleaned_data["note"],
+            confirm = {"decision": decision, "label": REGISTRY[decision].label, "note": form.cleaned_data["note"],
                        "selected": selected, "count": len(selected)}
             template = "console/queue.html#queue-table" if request.htmx else "console/queue.html"
             return render(request, template, _context(request, filters, confirm_bulk=confirm))
@@ -71,7 +72,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
             except LedgerError as refused:
                 results.append(("error", f"{job_id}: {refused}"))
             else:
-                results.append(("success", f"{job_id}: {DECISION_LABELS[decision]} recorded"))
+                results.append(("success", f"{job_id}: {REGISTRY[decision].label} recorded"))
     else:
         results = [("error", error) for errors in form.errors.values() for error in errors]
     if not request.htmx:
@@ -104,6 +105,8 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
         # What "every job matching" would take: a COUNT bounded by the queue, for operators only.
         "matching": filtered_jobs(spec, fence).count() if can_decide else None,
         "can_decide": can_decide,
+        # The decisions this tab offers on many jobs at once (the registry's bulk ones for its statuses).
+        "bulk_decisions": bulk_decisions(TABS[spec.tab][1]),
     }
 
 
@@ -129,7 +132,7 @@ def _queue_url(params: QueryDict, *, after: str = "") -> str:
 
 
 def _counts_context(current_tab: str, fence: TenantFence) -> dict:
-    counts = unknown_work_counts(fence)
+    counts = queue_status_counts(fence)
     per_tab = tab_counts(counts)
     return {
         "counts": counts,

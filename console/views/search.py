@@ -1,3 +1,5 @@
+from urllib.parse import urlencode
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
@@ -10,11 +12,16 @@ from console.selectors.search import find_jobs
 @require_GET
 @role_required(*READERS)
 def search(request: HttpRequest) -> HttpResponse:
-    """Any job the user may see, by the start of its id, key or marker. The one job a full id or
-    key names opens at once: the usual case is an id pasted from an alert or a customer's email."""
+    """Any job the user may see, by any part of its id, key or marker, a value of its payload or a
+    provider's answer. The job a whole id or key names opens at once: the usual case is an id
+    pasted from an alert or a customer's email."""
     form = SearchForm(request.GET)
-    result = find_jobs(form.query(), fence_of(request.user))
+    result = find_jobs(form.query(), fence_of(request.user), cursor=form.cursor())
     if result.exact is not None and not request.htmx:  # results that follow the typing never navigate away
         return redirect("job_detail", job_id=result.exact.job_id)
     template = "console/search.html#search-results" if request.htmx else "console/search.html"
-    return render(request, template, {"form": form, "result": result})
+    pages = {
+        "next_query": urlencode({"q": result.query, "before": result.next_cursor}) if result.next_cursor else None,
+        "first_query": urlencode({"q": result.query}) if result.cursor else None,
+    }
+    return render(request, template, {"form": form, "result": result, **pages})

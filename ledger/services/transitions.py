@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Func
 
+from ledger import hooks
 from ledger.actions import declared_action, policy_of
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
@@ -208,15 +209,17 @@ class Batch:
         return attempt
 
     def open_next_attempt(
-        self, job: Job, previous: Attempt, *, actor: str, actor_type: str, note: str = "", dispatch: bool = True
+        self, job: Job, previous: Attempt, *, actor: str, actor_type: str, note: str = "", dispatch: bool = True,
+        one_more: bool = False,
     ) -> Attempt | None:
-        """Queue the next attempt with the same idempotency key, or fail the job when none is left.
+        """Queue the next attempt with the same idempotency key, or fail the job when none is left
+        (`one_more`: a person's decision grants this attempt beyond the policy's number).
 
         `previous` is already closed (no live attempt remains). The new attempt is dispatched
         to a worker as this transaction commits, unless the caller leases it itself.
         """
         max_attempts = policy_of(job).max_attempts
-        if previous.number >= max_attempts:
+        if previous.number >= max_attempts and not one_more:
             self.set_job_status(job, JobStatus.FAILED)
             self.record_unchanged(
                 job, previous, actor_type=actor_type, actor=actor, kind=EventKind.ATTEMPTS_EXHAUSTED,
@@ -362,15 +365,7 @@ def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), te
 def trigger_reconciliation() -> None:
     """Run a reconciliation pass soon after this commit (the schedule only fires each minute)."""
     if settings.RECKON_DISPATCH:
-        transaction.on_commit(_enqueue_reconciliation)
-
-
-def _enqueue_reconciliation() -> None:
-    from django_q.tasks import async_task
-
-    from reconciliation.tasks import reconcile_until_idle  # the task, above the ledger: loaded late
-
-    async_task(reconcile_until_idle, task_name="reconcile_until_idle")
+        transaction.on_commit(hooks.reconciliation_due)
 
 
 def _enqueue_run(job_id: str, **options) -> None:

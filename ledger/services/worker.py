@@ -18,6 +18,7 @@ from ledger import endpoints
 from ledger.actions import get_action, policy_of, registered_actions
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
+from ledger.moments import kept_time
 from ledger.services.errors import (
     ClaimRefused,
     GateClosed,
@@ -30,7 +31,6 @@ from ledger.services.jobs import json_object
 from ledger.services.sweeper import expire_lease
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
 from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
-from ledger.times import kept_time
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from chaos.world import wait_until
 from ledger.gate import record_pass
 from ledger.models import Job
 from reconciliation import decisions
-from reconciliation.passes import reconcile_due_jobs
+from reconciliation.passes import reconcile_until_idle
 from tests.alerts.conftest import Receiver
 from tests.console.conftest import latest_version, make_operator_job, make_unknown_job, with_tenants
 from tests.reconciliation.helpers import MAIL, send_message, unknown_job
@@ -34,8 +34,8 @@ def test_it_fires_once_stays_quiet_resolves_and_fires_again(channels, settings, 
     assert (fired.condition, fired.firing, fired.channels) == ("unknown_too_old", True, ["webhook", "email"])
     [text] = channels.texts
     assert text.startswith("[Reckon] FIRING: Unknown work older than its bound")
-    assert "1 unknown job older than 0 s (acme 1); the oldest (acme, needs_reconciliation)" in text
-    assert "Queue: https://reckon.example.com/queue/?tab=reconciling&older_than=1" in text
+    assert "1 unknown job older than 0 s (acme 1): 1 reconciling; the oldest (acme, needs_reconciliation)" in text
+    assert "Reconciling (1): https://reckon.example.com/queue/?tab=reconciling&older_than_s=0" in text
     [email] = mail.outbox
     assert email.to == ["oncall@example.com"] and email.subject.startswith("[Reckon] FIRING")
     assert "acme 1" in email.body and "inv-1" not in email.body
@@ -58,35 +58,38 @@ def test_it_fires_once_stays_quiet_resolves_and_fires_again(channels, settings, 
     assert "1 unknown job" in channels.texts[2] and len(mail.outbox) == 3
 
 
-def test_the_link_shows_the_jobs_the_alert_is_about(channels, settings, client, operator):
+def test_the_approvals_alert_fires_on_the_oldest_and_counts_what_the_approvals_page_lists(
+        channels, settings, client, operator):
     settings.RECKON_ALERT_APPROVAL_WAIT_S = 90
     for job_id in ("vault-1", "vault-new"):
         make_operator_job(job_id)
         decisions.mark_not_found(job_id=job_id, version=latest_version(job_id), user=operator, note="none")
     make_operator_job("vault-2")  # waits for an operator, not for an approval
+    assert evaluate_alerts() == []  # nothing has waited 90 s yet
     _age("vault-1", minutes=3)  # its job and its approval request were made three minutes ago
 
     [fired] = evaluate_alerts()
     assert fired.condition == "approval_waiting"
     text = channels.texts[0]
-    assert "1 approval request waiting longer than 1 min (acme 1); the oldest (acme) has waited 3 min" in text
-    path = text.split("Queue: https://reckon.example.com", 1)[1]
-    assert path == "/queue/?tab=human&status=awaiting_approval&older_than=1"
+    assert "2 approval requests pending (acme 2); the oldest (acme) has waited 3 min, longer than 1 min 30 s" in text
+    path = text.split("Pending (2): https://reckon.example.com", 1)[1]
+    assert path == "/approvals/"
     client.force_login(with_tenants(operator))
     page = client.get(path).content.decode()
-    assert re.findall(r'<tr data-job="([^"]+)">', page) == ["vault-1"]
+    assert re.search(r"data-pending-count>(\d+)<", page).group(1) == "2"
 
 
 def test_a_conflict_answer_alerts_until_a_person_resolves_it(channels, provider, operator):
     unknown_job("m1", "mail.send", MAIL)
     send_message(provider, "mail.send:m1", {**MAIL, "subject": "Wrong"})
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "escalated"
 
     [fired] = evaluate_alerts()
     assert fired.condition == "reconciliation_conflict"
-    assert "Reconciliation answered conflict: 1 escalated job need a person (acme 1)" in channels.texts[0]
-    assert "Queue: https://reckon.example.com/queue/?tab=human&status=escalated" in channels.texts[0]
+    assert "Reconciliation answered conflict: 1 escalated job needs a person (acme 1; 1 by a conflict)" \
+        in channels.texts[0]
+    assert "Escalated (1): https://reckon.example.com/queue/?tab=human&status=escalated" in channels.texts[0]
     assert evaluate_alerts() == []
 
     decisions.confirm_effect(job_id="m1", version=latest_version("m1"), user=operator, note="it is ours")
@@ -99,7 +102,7 @@ def test_the_dead_man_gate_closing_alerts_and_reopening_resolves(channels, setti
     [fired] = evaluate_alerts()
     assert fired.condition == "gate_closed"
     assert "The dead-man gate is closed: the sweeper has not completed a pass yet" in channels.texts[0]
-    assert "Queue: https://reckon.example.com/" in channels.texts[0]
+    assert "Held (0): https://reckon.example.com/" in channels.texts[0]
     assert evaluate_alerts() == []
 
     record_pass("sweeper")
@@ -116,7 +119,8 @@ def test_an_undelivered_alert_leaves_the_state_and_is_sent_by_the_next_pass(chan
     make_unknown_job("inv-1")
     channels.status = 500
     assert evaluate_alerts() == []
-    assert not AlertState.objects.get(condition="unknown_too_old").firing
+    state = AlertState.objects.get(condition="unknown_too_old")
+    assert state.firing and not state.told_firing  # found, and still due
 
     channels.status = 200
     [fired] = evaluate_alerts()
@@ -164,19 +168,23 @@ def test_a_redirect_is_not_followed_and_counts_as_undelivered(channels, settings
 
         settings.RECKON_ALERT_EMAILS = []  # the webhook alone: its redirect leaves the alert unsent
         make_unknown_job("inv-2")
-        AlertState.objects.filter(condition="unknown_too_old").update(firing=False)
+        AlertState.objects.filter(condition="unknown_too_old").update(told_firing=False)
         assert evaluate_alerts() == [] and elsewhere.requests == []
     finally:
         elsewhere.close()
 
 
-def test_without_a_channel_nothing_is_evaluated(settings):
+def test_without_a_channel_the_state_is_recorded_and_told_once_a_channel_is_set(channels, settings):
     settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
     settings.RECKON_ALERT_WEBHOOK_URL = ""
     settings.RECKON_ALERT_EMAILS = []
     make_unknown_job("inv-1")
     assert evaluate_alerts() == []
-    assert not AlertState.objects.exists()
+    state = AlertState.objects.get(condition="unknown_too_old")
+    assert state.firing and not state.told_firing  # the console's alerts page shows it
+    settings.RECKON_ALERT_WEBHOOK_URL = channels.url
+    [fired] = evaluate_alerts()
+    assert fired.firing and len(channels.messages) == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,6 +4,7 @@ new gauges say what the alerts watch."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,7 @@ def test_every_rule_reads_a_metric_that_metrics_exposes(metrics_client):
     rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
     assert {rule["alert"] for rule in rules} >= {
         "ReckonUnknownWorkTooOld", "ReckonApprovalWaiting", "ReckonDeadManGateClosed", "ReckonReconciliationConflict",
+        "ReckonLoopsStalled", "ReckonMetricsAbsent",
     }
     samples = _samples(metrics_client)
     for rule in rules:
@@ -69,6 +71,9 @@ def test_the_gauges_the_alerts_watch(metrics_client, settings, operator):
     assert exposed["reckon_unknown_work_oldest_job_age_seconds"] > 0
     assert exposed["reckon_approvals_oldest_pending_age_seconds"] > 0
     assert exposed["reckon_dead_man_gate_open"] == 0
+    assert exposed["reckon_loop_last_pass_timestamp_seconds"] == 0  # never: the stalled-loops rule fires
     record_pass("sweeper")
     record_pass("reconciler")
-    assert _exposed(metrics_client)["reckon_dead_man_gate_open"] == 1
+    exposed = _exposed(metrics_client)
+    assert exposed["reckon_dead_man_gate_open"] == 1
+    assert abs(exposed["reckon_loop_last_pass_timestamp_seconds"] - time.time()) < 60

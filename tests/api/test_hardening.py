@@ -10,7 +10,7 @@ import pytest
 from axes.models import AccessAttempt
 from django.test import Client, RequestFactory
 
-from config.hardening import client_address
+from console.hardening import client_address
 from tests.conftest import _persona
 from tests.processes import ROOT, database_url_of_tests
 

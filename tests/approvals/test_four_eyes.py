@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def irreversible_mail(provider):
     """A queryable action whose replay needs a second person's approval."""
     register(Action(name="test.four_eyes_mail", executor=send_mail, reversible=False, queryable=True,
-                    reconciler="reconciliation.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
+                    reconciler="sandbox.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
     yield "test.four_eyes_mail"
     _registry.pop("test.four_eyes_mail")
 

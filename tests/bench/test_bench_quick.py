@@ -20,6 +20,10 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert [row["workers"] for row in report["cycles"]] == [1, 4]
     for row in report["cycles"]:
         assert row["ledger_cycles_per_s"] > 0 and row["pgbench_tps"] > 0
+    # The search's write cost: the same cycle and enqueue with its indexes and trigger and without them.
+    assert [row["search_indexes"] for row in report["search_index_cost"]] == ["with", "without"]
+    for row in report["search_index_cost"]:
+        assert row["cycles_per_s"] > 0 and row["enqueues_per_s"] > 0 and row["wal_bytes_per_cycle"] > 0
     assert [row["workers"] for row in report["http"]] == [1, 4]
     for row in report["http"]:  # over HTTP (gunicorn as runstack runs it) and in-process, by id and claim-next
         assert min(row["in_process_per_s"], row["http_per_s"], row["in_process_next_per_s"], row["http_next_per_s"]) > 0
@@ -29,9 +33,11 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert report["reconciliation"]["webhook_settled"] == report["reconciliation"]["jobs"]
     for run in ("small_run", "large_run"):
         pages = report["scale"][run]["pages"]
-        assert {p["page"] for p in pages} == {"/", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/", "/search/?q={near}",
-                                              "/search/?q={shared}"}
-        assert {s["query"] for s in report["scale"][run]["selection"]} == {"search", "sweeper", "reconciler"}
+        assert {p["page"] for p in pages} == {"/", "/?range=1h", "/?range=7d", "/queue/", "/jobs/{job_id}/", "/audit/",
+                                              "/search/?q={near}", "/search/?q={shared}", "/search/?q={middle}",
+                                              "/search/?q={email}", "/search/?q={answer}", "/audit/?q={email}"}
+        assert {s["query"] for s in report["scale"][run]["selection"]} == {"search", "search by a payload value",
+                                                                           "sweeper", "reconciler"}
         assert all(p["status"] == 200 for p in pages), pages
         assert all(not s["seq_scan"] for s in report["scale"][run]["selection"]), report["scale"][run]["selection"]
     # Query counts do not grow with the history.

@@ -50,6 +50,7 @@ PAGES = {
     "search": "/search/?q=INV",
     "search-no-match": "/search/?q=nothing-matches-this",
     "queue-blocked": "/queue/?tab=blocked",
+    "queue-failed": "/queue/?tab=failed",
 }
 EMPTY_PAGES = {"overview": "/", "queue": "/queue/", "approvals": "/approvals/", "audit": "/audit/",
                "search": "/search/?q=a"}

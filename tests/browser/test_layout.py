@@ -40,6 +40,7 @@ def _pages(jobs: dict[str, str]) -> dict[str, str]:
         "overview": "/",
         "queue": "/queue/",
         "queue-reconciling": "/queue/?tab=reconciling",
+        "queue-failed": "/queue/?tab=failed",
         "approvals": "/approvals/",
         "audit": "/audit/",
         **{f"job-{job_id}": f"/jobs/{job_id}/" for job_id in jobs.values()},

@@ -5,6 +5,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from config import localdb
 from config.settings import database_from_url
 from sandbox.testing import free_port
+from tests.processes import ROOT
 
 
 def test_the_tests_run_on_postgresql(django_db_setup, django_db_blocker):
@@ -183,3 +185,55 @@ def test_a_password_file_replaced_by_a_symlink_is_not_read(scratch_folder):
     (folder / localdb.PASSWORD_FILE).symlink_to(secret)
     with pytest.raises(localdb.LocalDatabaseError, match="refusing to read"):
         localdb.Cluster(folder, free_port()).password()
+
+
+def test_importing_the_settings_starts_no_database(scratch_folder):
+    """`pytest --collect-only` (any import of the settings) leaves no cluster behind: the embedded
+    backend starts it on the first connection, which collecting never opens."""
+    cluster = localdb.Cluster(scratch_folder / "pg", free_port())
+    env = {**os.environ, "RECKON_PGDATA_DIR": str(cluster.folder), "RECKON_PG_PORT": str(cluster.port)}
+    env.pop("DATABASE_URL", None)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "tests/config/test_settings.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=120)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert "tests collected" in collected.stdout
+    assert not cluster.running() and not (cluster.data / "PG_VERSION").exists()
+
+    # The first connection starts it, and registers its process as a user of the cluster.
+    connected = subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                                "from django.db import connection; connection.ensure_connection(); "
+                                "from config import localdb; print('started', localdb._ensured.started)"],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert connected.returncode == 0, connected.stdout + connected.stderr
+        assert "started True" in connected.stdout and cluster.running()
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_in_use_by_another_process_is_not_stopped(scratch_folder):
+    """The users file's shared locks are a reference count the kernel keeps: a process holding the
+    cluster makes stop_unless_used() leave it running and name the holder; once it ends, it stops."""
+    cluster = localdb.Cluster(scratch_folder / "pg", free_port())
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, '.'); from pathlib import Path; from config.localdb import Cluster; "
+        f"c = Cluster(Path({str(cluster.folder)!r}), {cluster.port}); fd = c.hold(); c.ensure(); print('held', flush=True); "
+        "sys.stdin.read()")], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cluster.running()
+        assert cluster.stop_unless_used() == [holder.pid]
+        assert cluster.running()
+    finally:
+        holder.stdin.close()  # the holder reads to the end and exits: the kernel drops its lock
+        holder.wait(timeout=30)
+    assert cluster.stop_unless_used() == [] and not cluster.running()
+
+
+def test_a_connection_pointed_at_another_cluster_keeps_its_own_password():
+    """chaos/world.py points this process's connection at a cluster of its own: the embedded
+    backend neither starts the default cluster for it nor replaces its password."""
+    assert localdb.password_for("127.0.0.1", free_port()) is None
+    assert localdb.password_for("db.internal", localdb.default_cluster().port) is None
+    assert localdb.password_for("127.0.0.1", localdb.default_cluster().port) == localdb.default_cluster().password()

@@ -110,7 +110,7 @@ def reconciler_requested(provider):
             executor=send_mail,
             reversible=False,
             queryable=True,
-            reconciler="reconciliation.reconcilers.mail",
+            reconciler="sandbox.reconcilers.mail",
             lease_ttl=timedelta(seconds=30),
         )
     )

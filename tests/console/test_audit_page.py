@@ -182,3 +182,59 @@ def test_neutralise(value, exported):
     from console.csv_export import neutralise
 
     assert neutralise(value) == exported
+
+
+@pytest.fixture
+def pasted(db):
+    make_job("mail-41", payload={"to": "Olga.Berg@acme.example"})
+    make_job("mail-42", payload={"to": "someone@else.example"})
+    make_job("g-mail", tenant="globex", payload={"to": "olga.berg@acme.example"})
+    make_job("paid-9", payload={"customer": "cus_9"})
+    lease = services.claim_job(job_id="paid-9", worker="worker-a")
+    services.begin_side_effect(lease=lease)
+    services.record_success(lease=lease, result_ref="inv_7Q2ZK9XW")
+
+
+def _jobs_on_page(html: str) -> set[str]:
+    return set(re.findall(r'<a href="/jobs/([^/]+)/">', html))
+
+
+@pytest.mark.parametrize(
+    "query, jobs",
+    [
+        ("olga.berg@ACME", {"mail-41", "g-mail"}),  # a value inside a payload, any case
+        ("-41", {"mail-41"}),  # the end of an id
+        ("7q2zk9", {"paid-9"}),  # part of a provider's answer
+        ("echo:mail-4", {"mail-41", "mail-42"}),  # the middle of a key (the marker)
+        ("nothing-like-this", set()),
+    ],
+)
+def test_it_searches_the_way_the_job_search_does(client, auditor, pasted, query, jobs):
+    client.force_login(auditor)
+    html = client.get("/audit/", {"q": query}).content.decode()
+    assert _jobs_on_page(html) == jobs
+    assert "data-audit-found" in html
+    csv_rows = list(csv.reader(io.StringIO(b"".join(client.get("/audit/export.csv", {"q": query})
+                                                    .streaming_content).decode())))
+    assert {row[2] for row in csv_rows[1:]} == jobs
+
+
+def test_its_search_keeps_the_tenant_fence(client, auditor, pasted):
+    from tests.console.conftest import with_tenants
+
+    client.force_login(with_tenants(auditor, "acme"))
+    assert _jobs_on_page(client.get("/audit/", {"q": "olga.berg@acme"}).content.decode()) == {"mail-41"}
+    assert _jobs_on_page(client.get("/audit/", {"q": "g-mail"}).content.decode()) == set()
+
+
+def test_its_search_pages_through_the_events_of_the_jobs_found(client, auditor, pasted):
+    client.force_login(auditor)
+    everything = _events_on_page(client.get("/audit/?q=acme.example").content.decode())
+    seen, html = [], client.get("/audit/?q=acme.example&size=2").content.decode()
+    while True:
+        seen += _events_on_page(html)
+        found = re.search(r'<a href="(/audit/\?[^"]+)" hx-get="[^"]+" [^>]*rel="next">', html)
+        if not found:
+            break
+        html = client.get(found.group(1).replace("&amp;", "&")).content.decode()
+    assert seen == everything and len(everything) == 2  # the two enqueued events

@@ -14,7 +14,7 @@ from console.access import fence_of
 from console.selectors.job import job_record
 from console.templatetags.console import stamp
 from ledger import services
-from ledger.times import kept_time, shown_time
+from ledger.moments import kept_time, shown_time
 from reconciliation import decisions
 from tests.conftest import make_job
 from tests.console.conftest import latest_version, make_operator_job, make_unknown_job

@@ -15,7 +15,7 @@ from alerts.sampling import COUNTED_KINDS, count_events, sample_levels
 from console.selectors.charts import OUTCOME_KINDS, THROUGHPUT_KINDS
 from ledger import services
 from ledger.models import LedgerEvent
-from reconciliation.passes import reconcile_due_jobs
+from reconciliation.passes import reconcile_until_idle
 from tests.conftest import make_job
 from tests.console.conftest import make_unknown_job, with_tenants
 from tests.reconciliation.helpers import MAIL, send_message, unknown_job
@@ -80,7 +80,7 @@ def test_outcomes_and_throughput_are_the_ledger_s_events_this_hour(client, audit
     send_message(provider, "mail.send:m1")  # found as sent: confirmed
     unknown_job("m2", "mail.send", MAIL)
     send_message(provider, "mail.send:m2", {**MAIL, "subject": "Wrong"})  # found, but different: conflict
-    assert sorted(d.outcome for d in reconcile_due_jobs()) == ["confirmed", "conflict"]
+    assert sorted(d.outcome for d in reconcile_until_idle()) == ["confirmed", "conflict"]
     make_job("plain")
     services.claim_job(job_id="plain", worker="w")
     count_events()  # the sampling schedule's minute
@@ -149,3 +149,55 @@ def test_events_are_counted_per_hour_and_tenant_and_recounted_for_late_commits()
 
 def test_every_charted_kind_is_counted():
     assert set(OUTCOME_KINDS) | set(THROUGHPUT_KINDS) <= set(COUNTED_KINDS)
+
+
+def _event_at(job, kind: str, at) -> None:
+    """An event of `kind` stamped `at` (the history is append-only: inserted, never moved)."""
+    LedgerEvent.objects.create(job=job, at=at, actor_type="worker", actor="w", kind=kind)
+
+
+def _minute(at) -> str:
+    return at.replace(second=0, microsecond=0).isoformat()
+
+
+def test_the_last_hour_draws_per_minute_counts_of_the_ledger_s_events(client, auditor):
+    acme, globex = make_job("a1"), make_job("g1", tenant="globex")
+    now = timezone.now()
+    five, thirty = now - timedelta(minutes=5), now - timedelta(minutes=30)
+    five = five.replace(second=10)  # two events in one minute, ten seconds apart
+    for job, kind, at in [
+        (acme, "claimed", five), (acme, "succeeded", five + timedelta(seconds=10)),
+        (globex, "claimed", five + timedelta(seconds=20)),
+        (acme, "reconciled_confirmed", thirty), (globex, "reconciled_not_found", thirty),
+        (acme, "claimed", now - timedelta(hours=2)),  # before the hour
+        (acme, "failed", five),  # a kind the charts do not draw
+    ]:
+        _event_at(job, kind, at)
+    client.force_login(auditor)
+    html = client.get("/?range=1h").content.decode()
+    assert 'data-window="1h"' in html and "Deliveries per minute" in html and "every 10s" in html
+    throughput = _marks(html, "throughput")
+    # The enqueue events of a1 and g1 are not deliveries; this minute's own events count live.
+    assert {key: value for key, value in throughput.items() if value} == {
+        ("claimed", _minute(five)): 2, ("succeeded", _minute(five)): 1}
+    assert len({bucket for _, bucket in throughput}) == 60  # a point per minute, zeros included
+    assert _marks(html, "outcomes") == {("confirmed", _minute(thirty)): 1, ("not_found", _minute(thirty)): 1}
+    # The minute's row in the table says the same.
+    table = html.split('data-chart-table="throughput"', 1)[1].split("</table>", 1)[0]
+    assert f'<th scope="row">{timezone.localtime(five):%H:%M}</th><td class="num">2</td><td class="num">1</td>' in table
+
+    # The charts' own refresh (htmx polls it) counts what happened since.
+    _event_at(acme, "claimed", timezone.now())
+    refreshed = client.get("/overview/charts/?range=1h").content.decode()
+    assert sum(v for (series, _), v in _marks(refreshed, "throughput").items() if series == "claimed") == 3
+
+
+def test_the_last_hour_keeps_the_tenant_fence(client, auditor):
+    acme, globex = make_job("a1"), make_job("g1", tenant="globex")
+    at = timezone.now() - timedelta(minutes=3)
+    _event_at(acme, "claimed", at)
+    _event_at(globex, "claimed", at)
+    _event_at(globex, "claimed", at)
+    client.force_login(with_tenants(auditor, "acme"))
+    html = client.get("/?range=1h").content.decode()
+    assert {k: v for k, v in _marks(html, "throughput").items() if v} == {("claimed", _minute(at)): 1}

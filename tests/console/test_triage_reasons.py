@@ -10,7 +10,7 @@ from approvals import services as approvals
 from ledger import services
 from ledger.models import Job
 from reconciliation import decisions
-from reconciliation.passes import reconcile_due_jobs, reconcile_job
+from reconciliation.passes import reconcile_job, reconcile_until_idle
 from sandbox.testing import free_port
 from tests.conftest import make_job
 from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job
@@ -28,7 +28,7 @@ def _row(html: str, job_id: str) -> str:
 def test_each_kind_of_waiting_says_why_and_what_comes_next(client, operator, provider, settings):
     make_unknown_job("inv-down")  # the billing provider is down: backed off
     settings.RECKON_BILLING_URL = f"http://127.0.0.1:{free_port()}"
-    reconcile_due_jobs()
+    reconcile_until_idle()
     make_operator_job("vault-1")  # cannot be queried
     make_operator_job("vault-2")
     decisions.escalate(job_id="vault-2", version=latest_version("vault-2"), user=operator, note="ask the vault team")
@@ -124,7 +124,7 @@ def test_the_providers_answer_is_a_sentence_with_the_json_behind_a_toggle(client
     html = client.get("/jobs/inv-1/").content.decode()
     assert f'data-evidence-summary>billing: invoice {invoice["id"]} found by idempotency key<' in html
     assert "<details><summary>Raw answer (JSON)</summary><pre class=\"evidence\" tabindex=\"0\" role=\"region\"" in html
-    assert 'title="reconciliation.reconcilers.invoice" data-reconciler>billing.create_invoice lookup<' in html
+    assert 'title="sandbox.reconcilers.invoice" data-reconciler>billing.create_invoice lookup<' in html
     assert f"<summary>billing: invoice {invoice['id']} found by idempotency key</summary>" in html  # the timeline
 
 

@@ -159,7 +159,7 @@ def units(host):
     port = free_port()
     started = datetime.now(UTC)
     processes = {name: unit_process(name, host, port) for name in
-                 ("reckon-web", "reckon-qcluster", "reckon-sweeper", "reckon-reconciler")}
+                 ("reckon-web", "reckon-qcluster", "reckon-sweeper", "reckon-reconciler", "reckon-watchdog")}
     receiver = ManagedProcess([host["venv"] / "bin" / "python", host["folder"] / "team" / "team.py", "receiver",
                                host["env"]["TEAM_RECEIVER_PORT"], host["env"]["TEAM_WEBHOOK_SECRET"],
                                host["folder"] / "provider"],
@@ -213,6 +213,8 @@ def test_each_unit_of_deploy_systemd_starts_its_process(host, units):
     wait_for(lambda: passed("reconciler"), timeout=60, message="a reconciler pass")
     assert "sweeping expired leases every 0.5 s" in processes["reckon-sweeper"].output()
     assert "reconciling unknown work every 0.5 s" in processes["reckon-reconciler"].output()
+    wait_for(lambda: "evaluating the alert conditions every" in processes["reckon-watchdog"].output(), timeout=60,
+             message="the watchdog's loop")
     # The cluster runs Reckon's schedules: each due one runs and is set a minute ahead.
     wait_for(lambda: not sql(host, "SELECT name FROM django_q_schedule WHERE name LIKE 'reckon.%%' "
                                    "AND next_run < %s", units["started"]),

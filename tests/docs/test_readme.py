@@ -107,7 +107,7 @@ def test_the_make_targets_exist_and_make_test_runs_what_the_readme_says():
             target = re.match(r"make (\w[\w-]*)", line).group(1)
             assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE), target
     test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    for tool in ("ruff check", "manage.py check", "bandit", "pytest"):
+    for tool in ("ruff check", "lint-imports", "manage.py check", "bandit", "pytest"):
         assert tool in test_recipe, tool
     assert "runstack --port $(PORT)" in makefile and "PORT ?= 8000" in makefile
 

@@ -26,7 +26,7 @@ GOOD = """
 executor = "external"
 reversible = false
 queryable = true
-reconciler = "python:reconciliation.reconcilers.invoice"
+reconciler = "python:sandbox.reconcilers.invoice"
 max_attempts = 2
 lease_ttl = 45
 identity = ["account"]
@@ -59,7 +59,7 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     charge, notify = declared(GOOD)
     assert (charge.external, charge.reversible, charge.queryable, charge.max_attempts) == (True, False, True, 2)
     assert charge.lease_ttl == timedelta(seconds=45) and charge.identity == ("account",)
-    assert charge.reconciler == "reconciliation.reconcilers.invoice"
+    assert charge.reconciler == "sandbox.reconcilers.invoice"
     assert charge.runbook_url == "https://wiki.example.com/charges" and charge.source.endswith("actions.toml")
     assert not notify.external and notify.executor.__name__ == "_echo" and notify.reconciler is None
     assert declared_action("test.charge") is charge
@@ -75,7 +75,7 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     ('executor = "celery"\nreversible = true', 'executor must be "external" or "python:dotted.path"'),
     ('executor = "python:no.such.module"\nreversible = true', "executor 'no.such.module' cannot be imported"),
     ('executor = "external"\nreversible = true\nqueryable = true', "queryable = true needs a reconciler"),
-    ('executor = "external"\nreversible = true\nreconciler = "python:reconciliation.reconcilers.mail"',
+    ('executor = "external"\nreversible = true\nreconciler = "python:sandbox.reconcilers.mail"',
      "a reconciler is declared but queryable = false"),
     ('executor = "external"\nreversible = true\nqueryable = true\nreconciler = "external"\n'
      'reconciliation_lease = 0', "reconciliation_lease must be more than 0"),
@@ -245,7 +245,7 @@ def test_a_job_keeps_the_policy_it_was_enqueued_with(declared, operator):
     services.record_unknown(lease=lease, reason="the agent crashed mid-call")
     # Someone edits the file: the action is now "reversible", with more attempts.
     register(Action(name="test.charge", reversible=True, queryable=True, max_attempts=5,
-                    reconciler="reconciliation.reconcilers.invoice", source=declared_action("test.charge").source))
+                    reconciler="sandbox.reconcilers.invoice", source=declared_action("test.charge").source))
     decisions.mark_not_found(job_id="c3", version=latest_attempt("c3").version, user=operator, note="none seen")
     assert Job.objects.get(job_id="c3").status == "awaiting_approval"  # still needs a second person
     assert ApprovalRequest.objects.filter(job__job_id="c3", status="pending").exists()

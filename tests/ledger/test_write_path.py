@@ -62,7 +62,7 @@ def writes():
 @pytest.fixture
 def irreversible_mail(provider):
     register(Action(name="test.write_path_mail", executor=send_mail, reversible=False, queryable=True,
-                    reconciler="reconciliation.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
+                    reconciler="sandbox.reconcilers.mail", lease_ttl=timedelta(seconds=30)))
     yield "test.write_path_mail"
     _registry.pop("test.write_path_mail")
 
@@ -122,6 +122,11 @@ def _reconciliation_and_people(provider, irreversible_mail, operator, approver) 
         unknown_job(job_id, irreversible_mail, MAIL)
         decisions.mark_not_found(job_id=job_id, version=latest_attempt(job_id).version, user=operator, note="x")
         close(request_id=ApprovalRequest.objects.get(job__job_id=job_id).pk, user=approver, note="no")
+    for job_id, decide, extra in (("f1", decisions.retry_failed, {}), ("f2", decisions.close_failed, {}),
+                                  ("f3", decisions.retry_corrected, {"payload": {"n": 3}})):
+        make_job(job_id, payload={"fail": "refused"})
+        services.record_failure(lease=services.claim_job(job_id=job_id, worker="a"), error="refused")
+        decide(job_id=job_id, version=latest_attempt(job_id).version, user=operator, note="decided", **extra)
     make_job("h1")
     hold_for_recovery(window_minutes=5)
     reconcile_job(job_id="h1")

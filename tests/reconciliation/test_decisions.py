@@ -97,9 +97,9 @@ def test_retry_reconciliation_puts_the_job_back_in_line_now(provider, operator):
     _decide("retry_reconciliation", "m1", operator, note="vendor says try again")
     job = Job.objects.get(job_id="m1")
     assert job.status == "needs_reconciliation" and job.next_check_at is None and job.check_count == 0
-    from reconciliation.passes import reconcile_due_jobs
+    from reconciliation.passes import reconcile_until_idle
 
-    assert [d.job_id for d in reconcile_due_jobs()] == ["m1"]
+    assert [d.job_id for d in reconcile_until_idle()] == ["m1"]
     assert_ledger_clean()
 
 

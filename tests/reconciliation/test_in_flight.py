@@ -9,7 +9,7 @@ import pytest
 from ledger.actions import Action, _registry, register
 from ledger.models import Job
 from reconciliation import passes
-from reconciliation.lookups import Finding
+from reconciliation.findings import Finding
 from reconciliation.models import CheckOutcome
 from sandbox.demo_actions import send_mail
 from tests.reconciliation.helpers import MAIL, assert_ledger_clean, unknown_job

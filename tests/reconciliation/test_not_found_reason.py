@@ -3,7 +3,7 @@
 import pytest
 
 from ledger.actions import Action, register
-from reconciliation.lookups import Finding
+from reconciliation.findings import Finding
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 from reconciliation.passes import reconcile_job
 from sandbox.demo_actions import send_mail

@@ -11,7 +11,7 @@ from ledger.actions import Action, _registry, register
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
 from reconciliation.models import ReconciliationCheck
-from reconciliation.passes import reconcile_due_jobs, reconcile_job
+from reconciliation.passes import reconcile_job, reconcile_until_idle
 from sandbox.demo_actions import send_mail
 from sandbox.testing import free_port
 from tests.conftest import event_kinds, latest_attempt
@@ -38,7 +38,7 @@ def irreversible_mail(provider):
             executor=send_mail,
             reversible=False,
             queryable=True,
-            reconciler="reconciliation.reconcilers.mail",
+            reconciler="sandbox.reconcilers.mail",
             lease_ttl=timedelta(seconds=30),
         )
     )
@@ -49,7 +49,7 @@ def irreversible_mail(provider):
 def test_confirmed_closes_the_attempt_and_the_job_without_replay(provider):
     unknown_job("m1", MSG, MAIL)
     message = send_message(provider, f"{MSG}:m1")
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert (decision.outcome, decision.applied) == ("confirmed", "succeeded")
     attempt = latest_attempt("m1")
     assert attempt.number == 1 and attempt.states == {
@@ -69,7 +69,7 @@ def test_confirmed_closes_the_attempt_and_the_job_without_replay(provider):
 
 def test_not_found_replays_a_reversible_action_with_the_same_key(provider):
     unknown_job("i1", "billing.create_invoice", INVOICE)
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "replayed"
     first, second = latest_attempt("i1").job.attempts.order_by("number")
     assert (first.execution_state, first.side_effect_state) == ("failed", "not_found")
@@ -89,11 +89,11 @@ def test_not_found_replays_a_reversible_action_with_the_same_key(provider):
 def test_not_found_on_the_last_attempt_fails_the_job(provider):
     unknown_job("m1", MSG, MAIL)
     for number in (1, 2):
-        reconcile_due_jobs()
+        reconcile_until_idle()
         lease = services.claim_job(job_id="m1", worker=f"w{number}")
         services.begin_side_effect(lease=lease)
         services.record_unknown(lease=lease, reason="dropped again")
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "failed" and Job.objects.get(job_id="m1").status == "failed"
     assert event_kinds("m1")[-1] == "attempts_exhausted"
     assert_ledger_clean()
@@ -101,7 +101,7 @@ def test_not_found_on_the_last_attempt_fails_the_job(provider):
 
 def test_not_found_on_an_irreversible_action_asks_for_approval(irreversible_mail):
     unknown_job("v1", irreversible_mail, MAIL)
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "awaiting_approval"
     job = Job.objects.get(job_id="v1")
     assert job.status == "awaiting_approval" and job.attempts.count() == 1
@@ -114,26 +114,26 @@ def test_not_found_on_an_irreversible_action_asks_for_approval(irreversible_mail
 def test_conflict_escalates_and_keeps_the_evidence(provider):
     unknown_job("m1", MSG, MAIL)
     send_message(provider, f"{MSG}:m1", {**MAIL, "subject": "Wrong"})
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.applied == "escalated"
     job = Job.objects.get(job_id="m1")
     assert job.status == "escalated" and latest_attempt("m1").execution_state == "unknown"
     event = LedgerEvent.objects.get(job=job, kind="reconciled_conflict")
     assert event.evidence["differences"]["subject"] == {"expected": "Hello", "provider": "Wrong"}
     assert event.evidence["lookups"][0]["found"][0]["subject"] == "Wrong"
-    assert reconcile_due_jobs() == []  # nothing automatic happens any more
+    assert reconcile_until_idle() == []  # nothing automatic happens any more
     assert_ledger_clean()
 
 
 def test_unavailable_keeps_the_attempt_unknown_and_schedules_the_next_look(provider, settings):
     unknown_job("m1", MSG, MAIL)
     settings.RECKON_MAIL_URL = f"http://127.0.0.1:{free_port()}"
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert decision.outcome == "unavailable"
     job = Job.objects.get(job_id="m1")
     assert job.status == "needs_reconciliation" and job.check_count == 1 and job.next_check_at is not None
     assert latest_attempt("m1").execution_state == "unknown"
-    assert reconcile_due_jobs() == []  # not due yet
+    assert reconcile_until_idle() == []  # not due yet
     check = ReconciliationCheck.objects.get(job=job)
     assert check.outcome == "unavailable" and "could not connect" in check.error
     assert_ledger_clean()
@@ -141,7 +141,7 @@ def test_unavailable_keeps_the_attempt_unknown_and_schedules_the_next_look(provi
 
 def test_an_action_that_cannot_be_queried_goes_to_an_operator_at_once(provider):
     unknown_job("v1", "vault.rotate_credential", {"name": "db-password"})
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
     assert (decision.outcome, decision.applied) == ("not_queryable", "needs_operator")
     job = Job.objects.get(job_id="v1")
     assert job.status == "needs_operator" and not ReconciliationCheck.objects.filter(job=job).exists()

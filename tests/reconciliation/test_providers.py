@@ -13,7 +13,7 @@ from ledger.budget import BUDGET
 from ledger.models import Job, LedgerEvent
 from ledger.providers import call
 from reconciliation.models import ProviderState
-from reconciliation.passes import reconcile_due_jobs, reconcile_until_idle
+from reconciliation.passes import reconcile_until_idle
 from sandbox.testing import SandboxProcess
 from tests.reconciliation.helpers import INVOICE, MAIL, assert_ledger_clean, unknown_job
 
@@ -108,7 +108,7 @@ def test_a_downed_provider_opens_its_circuit_and_the_others_go_on(provider, mail
         unknown_job(f"i-{n}", "billing.create_invoice", {**INVOICE, "customer": f"cus_{n}"})
     mail_provider.stop(cleanup=False)
 
-    decisions = {d.job_id: d for d in reconcile_due_jobs(limit=50, concurrency=2)}
+    decisions = {d.job_id: d for d in reconcile_until_idle(limit=50, concurrency=2)}
     # Billing is not held up: every invoice job was settled in the same pass.
     assert {decisions[f"i-{n}"].applied for n in range(4)} == {"replayed"}
     assert unresolved("i-") == 0

@@ -11,7 +11,7 @@ import pytest
 from ledger import runtime
 from ledger.actions import Action, _registry, register
 from ledger.models import Job, LedgerEvent
-from reconciliation.lookups import Finding
+from reconciliation.findings import Finding
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 from reconciliation.passes import reconcile_job
 from sandbox.demo_actions import create_invoice

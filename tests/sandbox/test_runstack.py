@@ -115,7 +115,8 @@ def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_data
         assert stack.process.wait(timeout=60) == 0
         wait_for(lambda: not any(_alive(pid) for pid in children), timeout=15,
                  message="every child to exit")
-        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped sandbox", "stopped smtp",
+        for name in ("stopped web", "stopped qcluster", "stopped sweeper", "stopped watchdog", "stopped sandbox",
+                     "stopped smtp",
                      "stopped workload", "stopped gateway", "stopped the embedded PostgreSQL"):
             assert name in stack.output()
         assert not _alive(postmaster) and not scratch_cluster.running()
@@ -152,3 +153,39 @@ def test_the_web_server_runs_without_a_control_socket():
     # and this gunicorn knows the option: it checks the whole command line and loads the app
     checked = subprocess.run(web.argv + ["--check-config"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_ctrl_c_leaves_the_embedded_database_running_while_another_process_uses_it(scratch_cluster):
+    """`make test` beside `make run`: the test session is a user of the cluster `make run` started,
+    so Ctrl-C stops the stack and leaves the database running, naming who uses it."""
+    port = _free_port()
+    env = {"RECKON_DEBUG": "true", "RECKON_PGDATA_DIR": str(scratch_cluster.folder),
+           "RECKON_PG_PORT": str(scratch_cluster.port),
+           "RECKON_MCP_GATEWAY_URL": f"http://127.0.0.1:{_free_port()}/mcp"}
+    stack = ManagedProcess([sys.executable, str(ROOT / "manage.py"), "runstack", "--no-demo", "--port", str(port),
+                            "--web-workers", "1"], env=env, log_name="runstack-shared-db")
+    stack.env.pop("DATABASE_URL", None)
+    stack.start()
+    user = None
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), timeout=120, message="the web server")
+        user_env = {**stack.env}
+        user = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "shell", "-c",
+             "from django.db import connection; connection.ensure_connection(); print('connected', flush=True); "
+             "import sys; sys.stdin.read(); connection.cursor().execute('SELECT 1'); print('still connected')"],
+            cwd=ROOT, env=user_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: user.stdout.readline().strip() == "connected", timeout=60, message="the other process")
+
+        stack.process.send_signal(signal.SIGINT)
+        assert stack.process.wait(timeout=60) == 0
+        assert "stopped web" in stack.output()
+        assert f"left the embedded PostgreSQL running: process {user.pid} (python" in stack.output()
+        assert "stopped the embedded PostgreSQL" not in stack.output()
+        assert scratch_cluster.running()
+        out, _ = user.communicate("", timeout=60)  # its database is still there: its next query works
+        assert "still connected" in out and user.returncode == 0
+    finally:
+        if user is not None and user.poll() is None:
+            user.kill()
+        stack.stop()

@@ -25,7 +25,8 @@ def test_with_smtp_the_workload_sends_mail_over_smtp_under_the_smtp_sandbox_s_fa
     jobs = list(Job.objects.filter(action="smtp.send_mail"))
     assert len(jobs) == 8  # one job in five
     assert smtp_sandbox.request("GET", "/_admin/faults").json["rates"] == {
-        "drop_before_data": 0.2, "drop_during_data": 0.2, "drop_after_data": 0.2}
+        "tempfail_mail": 0.0, "reject_rcpt": 0.0, "drop_before_data": 0.2, "drop_during_data": 0.2,
+        "drop_after_data": 0.2}
     # Each job through the worker loop and the reconciler, as far as they take it (bounded).
     for job in jobs:
         for _ in range(8):

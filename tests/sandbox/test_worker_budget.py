@@ -6,6 +6,7 @@ import pytest
 from ledger import runtime
 from ledger.budget import BUDGET
 from ledger.models import Attempt
+from reconciliation.models import ProviderState
 from sandbox.testing import free_port
 from tests.conftest import latest_attempt, make_job
 
@@ -27,6 +28,8 @@ def test_a_429_is_a_retryable_failure_and_nothing_was_sent(provider):
     assert latest_attempt("w-2").number == 2 and refused.job.status == "pending"  # retried, not unknown
     assert provider.effects(marker="mail.send:w-2")["count"] == 0
     assert next(row for row in BUDGET.snapshot() if row["provider"] == "mail")["state"] == "throttled"
+    # The worker published it for the console (ledger.hooks.provider_called, reconciliation.providers).
+    assert ProviderState.objects.get(provider="mail").state == "throttled"
 
 
 def test_an_open_circuit_fails_the_call_before_sending(provider, settings):

@@ -1,5 +1,6 @@
 import os
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -46,8 +47,25 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {username:<10} {password:<20} {role}\n")
         self.stdout.flush()
         code = stack.wait()
-        if cluster is not None:  # started for this run: stopped with it (one that was running keeps running)
+        if cluster is not None:  # started for this run: stopped with it, unless another process uses it
             connections.close_all()
-            cluster.stop()
-            self.stdout.write("stopped the embedded PostgreSQL\n")
+            if users := localdb.stop_unless_used():
+                self.stdout.write(f"left the embedded PostgreSQL running: {_processes(users)} use it "
+                                  "(a `make test`?); `make clean-db` stops it\n")
+            else:
+                self.stdout.write("stopped the embedded PostgreSQL\n")
         sys.exit(code)
+
+
+def _processes(pids: list[int]) -> str:
+    """'process 812 (python -m pytest)': who holds the cluster, as far as /proc tells."""
+    named = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            command = " ".join(Path(argv[0].decode()).name if i == 0 else a.decode()
+                               for i, a in enumerate(argv[:3]) if a)
+        except (OSError, IndexError):
+            command = ""
+        named.append(f"process {pid} ({command})" if command else f"process {pid}")
+    return ", ".join(named) if pids != [0] else "other processes"

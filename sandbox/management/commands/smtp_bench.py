@@ -3,11 +3,14 @@
 Starts an SMTP sandbox of its own with the given drop-after-DATA rate, runs `smtp.send_mail`
 jobs through `ledger.runtime.run_job` (the worker loop, in this process), reconciles the ones
 that ended unknown, and checks the archive: one message per job, none twice. The jobs are
-written into the configured database, like `simulate`'s.
+written into the configured database; it refuses to start while other Reckon processes use that
+database (a `make run` beside it), whose reconciler would take the bench's unknown jobs, look them up
+at another archive, find nothing and send them again.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +31,18 @@ from reconciliation.passes import reconcile_job
 from sandbox.smtp.testing import SmtpSandboxProcess
 
 ACTION = "smtp.send_mail"
+
+
+def other_reckon_processes() -> list[int]:
+    """The pids of the other Reckon processes connected to this database (each names itself
+    `reckon:...:<pid>` in pg_stat_activity; see DATABASES in config/settings.py)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT application_name FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name LIKE %s",
+                       ["reckon:%"])
+        names = [row[0] for row in cursor.fetchall()]
+    pids = {int(name.rsplit(":", 1)[1]) for name in names if name.rsplit(":", 1)[1].isdigit()}
+    return sorted(pids - {os.getpid()})
 
 
 def _run_share(job_ids: list[str]) -> list[str]:
@@ -77,6 +92,13 @@ class Command(BaseCommand):
     def handle(self, *args, jobs, drop_after_data_rate, workers, seed, **options):
         if jobs < 1 or workers < 1 or not 0 <= drop_after_data_rate <= 1:
             raise CommandError("--jobs and --workers must be positive; the rate must be between 0 and 1")
+        if others := other_reckon_processes():
+            raise CommandError(
+                f"the database {connection.settings_dict['NAME']!r} is in use by {len(others)} other Reckon "
+                f"process(es) (pids {', '.join(map(str, others[:10]))}): a running stack (`make run`)? Its "
+                "reconciler would take this bench's unknown jobs, look them up at its own SMTP archive, find "
+                "nothing and send them again. Stop it, or run the bench on a database of its own "
+                "(DATABASE_URL=postgresql://.../reckon_bench, after `manage.py migrate` there).")
         if settings.RECKON_DEMO_ACTION_MODULE not in settings.RECKON_ACTION_MODULES:
             raise CommandError(f"{ACTION} is one of the demo's actions, which are not registered here: "
                                "set RECKON_DEMO=true")

@@ -33,7 +33,7 @@ Reckon's API (a redirect, HTML) raises UnexpectedAnswer: nothing succeeds by acc
 
 from reckon_client.client import Client, Deferred, Lease, NothingClaimed
 from reckon_client.errors import AlreadySucceeded, HeldUnknown, ReckonError, UnexpectedAnswer
-from reckon_client.providers import Verdict, classify_error, classify_status
+from reckon_client.providers import Verdict, classify_error, classify_status, post_effect
 from reckon_client.reconciliations import Finding, Reconciliation
 from reckon_client.transport import ReckonUnavailable
 from reckon_client.webhooks import (
@@ -64,6 +64,7 @@ __all__ = [
     "WebhookSignatureError",
     "classify_error",
     "classify_status",
+    "post_effect",
     "sign_answer",
     "sign_webhook",
     "verify_answer",

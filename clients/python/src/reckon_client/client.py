@@ -13,6 +13,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from reckon_client.errors import AlreadySucceeded, HeldUnknown, JsonObject, ReckonError
+from reckon_client.jobs import OnJob
 from reckon_client.providers import Verdict
 from reckon_client.reconciliations import Reconciliation
 from reckon_client.transport import ReckonUnavailable, Transport, documented, json_body
@@ -266,7 +267,7 @@ def _raise_if_settled(job: JsonObject, refused: ReckonError | None = None) -> No
         raise HeldUnknown(job, refused.reason, str(refused))
 
 
-class Lease:
+class Lease(OnJob):
     """A claimed attempt: every write carries its owner and fencing token.
 
     As a context manager (`with lease:`) it renews itself in a background thread while the block
@@ -278,7 +279,6 @@ class Lease:
     def __init__(self, client: Client, granted: JsonObject):
         self.client = client
         self.job: JsonObject = granted["job"]
-        self.job_id: str = granted["job_id"]
         self.attempt: int = granted["attempt"]
         self.owner: str = granted["owner"]
         self.fencing_token: int = granted["fencing_token"]
@@ -292,22 +292,6 @@ class Lease:
         self.success_on_exit = False
         self.begin_on_enter = False
         self._renewer: _Renewer | None = None
-
-    @property
-    def idempotency_key(self) -> str:
-        return str(self.job["idempotency_key"])
-
-    @property
-    def payload(self) -> JsonObject:
-        return dict(self.job["payload"])
-
-    @property
-    def action(self) -> str:
-        return str(self.job["action"])
-
-    @property
-    def tenant(self) -> str:
-        return str(self.job["tenant"])
 
     def _write(self, step: str, **fields: Any) -> JsonObject:
         body = {"owner": self.owner, "fencing_token": self.fencing_token, **fields}

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
 from reckon_client.errors import JsonObject
+from reckon_client.jobs import OnJob
 
 if TYPE_CHECKING:
     from reckon_client.client import Client
@@ -39,7 +40,7 @@ class Finding(str, Enum):  # noqa: UP042  (StrEnum is 3.11; the client supports 
     UNAVAILABLE = "unavailable"  # the provider could not tell: asked again later
 
 
-class Reconciliation:
+class Reconciliation(OnJob):
     """One claimed look-up (`Client.next_reconciliation`): the job, its unknown attempt, what the
     worker recorded (`evidence_so_far`), and the lease to answer under (`lease_expires_at`).
 
@@ -55,26 +56,6 @@ class Reconciliation:
         self.attempt: JsonObject = claimed["attempt"]
         self.evidence_so_far: JsonObject = claimed.get("evidence_so_far") or {}
         self.applied: JsonObject | None = None  # Reckon's answer to ours: what the ledger did
-
-    @property
-    def job_id(self) -> str:
-        return str(self.job["job_id"])
-
-    @property
-    def idempotency_key(self) -> str:
-        return str(self.job["idempotency_key"])
-
-    @property
-    def action(self) -> str:
-        return str(self.job["action"])
-
-    @property
-    def tenant(self) -> str:
-        return str(self.job["tenant"])
-
-    @property
-    def payload(self) -> JsonObject:
-        return dict(self.job["payload"])
 
     def answer(self, finding: Finding | str, *, reason: str = "", evidence: JsonObject | None = None,
                result_ref: str = "") -> JsonObject:

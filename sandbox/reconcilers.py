@@ -1,4 +1,5 @@
-"""Reconcilers: look an effect up at the provider, by key or by marker, and say what we saw.
+"""The demo's reconcilers (sandbox/demo_actions.py): look an effect up at the sandbox's providers,
+by key or by marker, and say what we saw.
 
 Each takes the job and the attempt in question and returns a `Finding`. Only a lookup that
 proves absence may say `not_found`, and it says why replay is safe; an error, a 5xx or a
@@ -12,9 +13,9 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 
-from ledger.models import Attempt, Job, LedgerEvent
+from ledger.models import Attempt, Job
 from ledger.providers import NoAnswer, NotSent, call
-from reconciliation.lookups import Finding, sent_elsewhere
+from reconciliation.findings import REPORTED, Finding, not_asked, reported_evidence, sent_elsewhere
 from reconciliation.models import CheckOutcome
 
 
@@ -25,14 +26,6 @@ class LookupFailed(Exception):
     def __init__(self, message: str, retry_in: float | None = None):
         super().__init__(message)
         self.retry_in = retry_in
-
-
-def not_asked(exc: Exception, reply_status: int | None = None, retry_after: float | None = None) -> float | None:
-    """The seconds after which to look again when the provider was not really asked: its budget
-    refused the call here (OverBudget, CircuitOpen) or it answered 429; otherwise None."""
-    if reply_status == 429:
-        return retry_after if retry_after is not None else 1.0
-    return getattr(exc, "retry_in", None)
 
 
 def _lookup(base_url: str, path: str, collection: str, lookups: list, *, provider: str, **query) -> list[dict]:
@@ -59,38 +52,12 @@ def _claimed_ref(attempt: Attempt, ref_field: str) -> str:
         return attempt.result_ref
     reported = getattr(attempt, REPORTED, None)
     if reported is None:
-        reported = _reported_evidence([attempt])[attempt.pk]
+        reported = reported_evidence([attempt])[attempt.pk]
     for evidence in reported:
         status, body = evidence.get("status"), evidence.get("body")
         if isinstance(status, int) and 200 <= status < 300 and isinstance(body, dict) and body.get(ref_field):
             return str(body[ref_field])
     return ""
-
-
-# The attribute `prefetch_reported` sets on an attempt: its events' provider answers.
-REPORTED = "reported_evidence"
-
-
-def _reported_evidence(attempts: list[Attempt]) -> dict[int, list[dict]]:
-    found = {attempt.pk: [] for attempt in attempts}
-    rows = (
-        LedgerEvent.objects.filter(attempt__in=[a.pk for a in attempts], evidence__has_key="status")
-        .order_by("attempt_id", "id")
-        .values_list("attempt_id", "evidence")
-    )
-    for attempt_id, evidence in rows:
-        found[attempt_id].append(evidence)
-    return found
-
-
-def prefetch_reported(attempts: list[Attempt]) -> None:
-    """Read, in one query, what the provider reported to each attempt's worker (its events'
-    evidence), so that a reconciler can judge without touching the database: reconcilers run
-    in lookup threads, and a lookup thread must not need a database connection."""
-    by_pk = {a.pk: a for a in attempts if not a.result_ref}
-    if by_pk:
-        for attempt_id, reported in _reported_evidence(list(by_pk.values())).items():
-            setattr(by_pk[attempt_id], REPORTED, reported)
 
 
 def _differences(record: dict, expected: dict) -> dict:

@@ -71,7 +71,7 @@ END $$;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0015_tokens_claims_refused'),
+        ('ledger', '0016_decisions_failed_work'),
     ]
 
     operations = [

@@ -6,8 +6,8 @@ import signal
 import pytest
 
 from ledger.models import Attempt
-from reconciliation import reconcilers
 from reconciliation.models import CheckOutcome
+from sandbox import reconcilers
 from sandbox.testing import free_port
 from tests.conftest import latest_attempt
 from tests.reconciliation.helpers import (

@@ -1,0 +1,55 @@
+"""What the console's alerts page shows: each condition as it holds now for the person's tenants
+(the same checks the watchdog notifies from, so each figure is the count of the page its link
+opens), since when it fires, who acknowledged it, until when it is silenced, and the history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from alerts.conditions import CHECKS, Reading
+from alerts.evaluate import TITLES
+from alerts.models import AlertEvent, AlertState
+from console.access import TenantFence
+
+HISTORY_SHOWN = 30
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    reading: Reading
+    title: str
+    state: AlertState | None
+
+    @property
+    def condition(self) -> str:
+        return self.reading.condition
+
+    @property
+    def firing_since(self):
+        """When the watch saw it start (None: not yet seen by an evaluation pass)."""
+        return self.state.changed_at if self.state and self.state.firing else None
+
+    @property
+    def silenced_until(self):
+        until = self.state.silenced_until if self.state else None
+        return until if until and until > timezone.now() else None
+
+
+def alert_rows(fence: TenantFence) -> list[AlertRow]:
+    states = {state.condition: state for state in AlertState.objects.all()}
+    rows = []
+    for check in CHECKS:
+        reading = check(fence.tenants)
+        rows.append(AlertRow(reading, TITLES[reading.condition], states.get(reading.condition)))
+    return rows
+
+
+def firing_titles() -> list[str]:
+    """The titles of the conditions the last evaluation found firing (the overview's line)."""
+    return [TITLES[state.condition] for state in AlertState.objects.filter(firing=True).order_by("condition")]
+
+
+def alert_history() -> list[AlertEvent]:
+    return list(AlertEvent.objects.order_by("-at", "-id")[:HISTORY_SHOWN])

@@ -1,0 +1,45 @@
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from alerts import services
+from console.access import OPERATORS, READERS, fence_of, has_role, role_required
+from console.forms import AlertActionForm
+from console.selectors.alerts import alert_history, alert_rows
+
+
+@require_GET
+@role_required(*READERS)
+def alerts(request: HttpRequest) -> HttpResponse:
+    rows = alert_rows(fence_of(request.user))
+    return render(request, "console/alerts.html", {
+        "firing": [row for row in rows if row.reading.firing],
+        "clear": [row for row in rows if not row.reading.firing],
+        "history": alert_history(),
+        "can_act": has_role(request.user, [OPERATORS]),
+        "form": AlertActionForm(),
+    })
+
+
+@require_POST
+@role_required(OPERATORS)
+def act(request: HttpRequest, condition: str) -> HttpResponse:
+    """Acknowledge or silence one alert; refused with the reason, nothing changed."""
+    form = AlertActionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "; ".join(e for errors in form.errors.values() for e in errors))
+        return redirect("alerts")
+    action, note = form.cleaned_data["action"], form.cleaned_data["note"]
+    try:
+        if action == "acknowledge":
+            services.alert_acknowledge(condition=condition, username=request.user.get_username(), note=note)
+        else:
+            services.alert_silence(condition=condition, username=request.user.get_username(), note=note,
+                                   hours=form.cleaned_data["hours"] or 0)
+    except services.AlertRefused as refused:
+        messages.error(request, str(refused))
+    else:
+        messages.success(request, "Acknowledged." if action == "acknowledge"
+                         else f"Silenced for {form.cleaned_data['hours']:g} h.")
+    return redirect("alerts")
