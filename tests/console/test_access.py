@@ -187,6 +187,9 @@ def _post(name: str, tenant: str):
         return "/queue/bulk/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
     if name == "job_hold":
         return f"/jobs/{job}/hold/", {"hold": "take"}, "operator", lambda: Job.objects.get(job_id=job).holder
+    if name == "job_comment":  # operators and approvers alike
+        return (f"/jobs/{job}/comment/", {"comment": "seen"}, ("operator", "approver"),
+                lambda: LedgerEvent.objects.filter(job__job_id=job).count())
     request = _request_of(tenant)
     data = {"decision": "reject", "note": "no"}
     return (
@@ -197,7 +200,7 @@ def _post(name: str, tenant: str):
     )
 
 
-POSTS = ("job_decide", "job_hold", "queue_bulk", "approval_decide")
+POSTS = ("job_decide", "job_hold", "job_comment", "queue_bulk", "approval_decide")
 
 
 @pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
@@ -210,7 +213,8 @@ def test_changing_things(client, world, user_of, persona, name, tenant):
     if user:
         client.force_login(user)
     response = client.post(url, data)
-    allowed = persona in (role, "admin_user") or (persona == "unscoped_operator" and role == "operator")
+    roles = role if isinstance(role, tuple) else (role,)
+    allowed = persona in (*roles, "admin_user") or (persona == "unscoped_operator" and "operator" in roles)
     if persona == "anonymous":
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     elif not allowed:
