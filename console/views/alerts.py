@@ -1,5 +1,5 @@
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -17,15 +17,24 @@ def alerts(request: HttpRequest) -> HttpResponse:
         "firing": [row for row in rows if row.reading.firing],
         "clear": [row for row in rows if not row.reading.firing],
         "history": alert_history(),
-        "can_act": has_role(request.user, [OPERATORS]),
+        "can_act": _may_act(request.user),
         "form": AlertActionForm(),
     })
+
+
+def _may_act(user) -> bool:
+    """An alert speaks for every tenant (one message, one silence): only an operator of every
+    tenant may acknowledge or silence it, so no tenant's operator can mute another tenant's news."""
+    return has_role(user, [OPERATORS]) and fence_of(user).everything
 
 
 @require_POST
 @role_required(OPERATORS)
 def act(request: HttpRequest, condition: str) -> HttpResponse:
     """Acknowledge or silence one alert; refused with the reason, nothing changed."""
+    if not _may_act(request.user):
+        return HttpResponseForbidden("An alert covers every tenant: only an operator of every tenant may "
+                                     "acknowledge or silence it.")
     form = AlertActionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "; ".join(e for errors in form.errors.values() for e in errors))

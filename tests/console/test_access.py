@@ -12,6 +12,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
+from alerts.models import AlertEvent
 from approvals.models import ApprovalRequest
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
@@ -101,6 +102,8 @@ READS = {
     "search": ("/search/?q=INV-", _text('<tr data-job="{job}">')),
     # Counts the sampling schedule records: their fence is tested in test_overview_charts.py.
     "overview_charts": ("/overview/charts/", None),
+    # Per tenant counts: their fence is tested in tests/alerts/test_page.py.
+    "alerts": ("/alerts/", None),
 }
 
 
@@ -187,6 +190,9 @@ def _post(name: str, tenant: str):
         return "/queue/bulk/", data, "operator", lambda: LedgerEvent.objects.filter(job__job_id=job).count()
     if name == "job_hold":
         return f"/jobs/{job}/hold/", {"hold": "take"}, "operator", lambda: Job.objects.get(job_id=job).holder
+    if name == "alert_act":  # an alert speaks for every tenant: only an operator of all of them
+        return ("/alerts/unknown_too_old/act/", {"action": "silence", "hours": "1", "note": "maintenance"}, (),
+                lambda: AlertEvent.objects.count())
     if name == "job_comment":  # operators and approvers alike
         return (f"/jobs/{job}/comment/", {"comment": "seen"}, ("operator", "approver"),
                 lambda: LedgerEvent.objects.filter(job__job_id=job).count())
@@ -200,7 +206,7 @@ def _post(name: str, tenant: str):
     )
 
 
-POSTS = ("job_decide", "job_hold", "job_comment", "queue_bulk", "approval_decide")
+POSTS = ("job_decide", "job_hold", "job_comment", "queue_bulk", "approval_decide", "alert_act")
 
 
 @pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
