@@ -14,7 +14,21 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import Bool, Float, Int, List, Networks, Pairs, Rates, Sets, Str, Url, declare, load_dotenv, setting
+from config.env import (
+    Bool,
+    Float,
+    Int,
+    List,
+    Networks,
+    Pairs,
+    Rates,
+    Sets,
+    Str,
+    Url,
+    declare,
+    load_dotenv,
+    setting,
+)
 from config.paths import CODE_DIR, PROJECT_DIR
 
 # BASE_DIR holds the code (the checkout, or site-packages when installed); Reckon's own files

@@ -11,6 +11,7 @@ from console.access import TenantFence
 from console.models import AdminAuditEntry
 from console.pagination import Page, decode_id_cursor, take_page
 from ledger.models import LedgerEvent
+from sso.models import SignInEvent
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,17 @@ def admin_changes(spec: AuditFilter):
     if spec.until:
         entries = entries.filter(at__lt=spec.until)
     return entries
+
+
+def sign_ins(spec: AuditFilter):
+    """The sign-in trail, newest first; only the actor and the time filters apply."""
+    events = SignInEvent.objects.order_by("-id")
+    if spec.job or spec.key or spec.kind:
+        return events.none()
+    if spec.actor:
+        events = events.filter(username=spec.actor)
+    if spec.since:
+        events = events.filter(at__gte=spec.since)
+    if spec.until:
+        events = events.filter(at__lt=spec.until)
+    return events
