@@ -4,6 +4,7 @@ a provider is required), the break-glass TOTP step, and the start of a provider 
 from __future__ import annotations
 
 import time
+from urllib.parse import urlsplit
 
 from allauth.mfa.models import Authenticator
 from allauth.mfa.totp.internal.auth import TOTP
@@ -36,6 +37,12 @@ def providers() -> list[dict]:
             for provider in settings.RECKON_OIDC_PROVIDERS]
 
 
+def provider_origins() -> list[str]:
+    """The providers' origins: the sign-in page's forms go there (through our redirect), which the
+    Content-Security-Policy's form-action must allow."""
+    return sorted({f"{urlsplit(issuer).scheme}://{urlsplit(issuer).netloc}" for issuer in settings.RECKON_OIDC_PROVIDERS.values()})
+
+
 def is_break_glass(user) -> bool:
     return user.get_username() in settings.RECKON_BREAK_GLASS_ACCOUNTS
 
@@ -60,6 +67,12 @@ class SignInView(LoginView):
                        again=settings.RECKON_OIDC_NAMES.get(again, again) if again in settings.RECKON_OIDC_PROVIDERS else None,
                        revalidate_minutes=max(1, settings.RECKON_OIDC_REVALIDATE_S // 60))
         return context
+
+    def render_to_response(self, context, **kwargs):
+        response = super().render_to_response(context, **kwargs)
+        if context.get("providers"):
+            response._csp_update = {"form-action": provider_origins()}  # django-csp adds these to 'self'
+        return response
 
     def form_valid(self, form):
         user = form.get_user()
