@@ -6,4 +6,4 @@ class SsoConfig(AppConfig):
     verbose_name = "Sign-in"
 
     def ready(self) -> None:
-        from sso import trail  # noqa: F401  (connects the sign-in signals)
+        from sso import admin_registrations, trail  # noqa: F401  (connects the sign-in signals; /admin/)
