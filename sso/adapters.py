@@ -10,6 +10,7 @@ from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.utils import user_username
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.contrib.auth import get_user_model
+from django.shortcuts import render
 
 from sso import roles, trail
 from sso.identities import issuer_of
@@ -23,6 +24,9 @@ class NoSignUp(DefaultAccountAdapter):
         return False
 
     def pre_login(self, request, user, **kwargs):
+        refused = super().pre_login(request, user, **kwargs)
+        if refused:
+            return refused
         sociallogin = (kwargs.get("signal_kwargs") or {}).get("sociallogin")
         if sociallogin is not None:
             account = sociallogin.account
@@ -31,7 +35,13 @@ class NoSignUp(DefaultAccountAdapter):
             request.session[trail.SESSION_KEY] = {
                 "provider": account.provider, "issuer": issuer_of(account), "subject": account.uid, "at": time.time(),
             }
-        return super().pre_login(request, user, **kwargs)
+        return None
+
+    def respond_user_inactive(self, request, user):
+        """An account switched off in /admin/ stays off, whatever the provider says."""
+        trail.record(request, SignInEvent.FAILED, user=user, method="provider",
+                     detail="the account is inactive in Reckon (switched off in /admin/)")
+        return render(request, "sso/inactive.html", {"username": user.get_username()}, status=403)
 
 
 class ProviderSignIn(DefaultSocialAccountAdapter):

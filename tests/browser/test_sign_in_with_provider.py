@@ -151,6 +151,13 @@ def test_a_person_without_a_mapped_group_has_no_role(sso, new_page, live_server)
     assert roles("bob") == set()
     assert page.goto(f"{live_server.url}/queue/").status == 403
 
+    # An account switched off in /admin/ stays off, whatever the provider says.
+    User.objects.filter(username="bob").update(is_active=False)
+    fresh = new_page()
+    sign_in_through_provider(fresh, live_server, "bob")
+    expect(fresh.get_by_role("alert")).to_contain_text("The Reckon account bob is switched off")
+    assert SignInEvent.objects.filter(kind=SignInEvent.FAILED, username="bob", detail__contains="inactive").exists()
+
 
 def current_code(secret: str) -> str:
     return format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
