@@ -24,7 +24,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(DEV) RECKON_DEMO=true $(BIN)/python manage.py runstack --port $(PORT)
 
-test: $(STAMP)
+# The sign-in tests' identity provider (tests/oidc: the oidc-provider package, pinned by its lock file).
+OIDC_PROVIDER := tests/oidc/node_modules/.package-lock.json
+$(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
+	cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error
+
+test: $(STAMP) $(OIDC_PROVIDER)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
@@ -34,7 +39,7 @@ test: $(STAMP)
 # The static security scan: any finding not reviewed on its line (`# nosec Bxxx  # why`) fails the
 # build. Bandit warns "nosec encountered ... but no failed test" for parts of an accepted line that
 # it also checks (PyCQA/bandit#1041): those lines are dropped, its other messages kept.
-BANDIT_PATHS := alerts api approvals config console gateway ledger reconciliation sandbox chaos bench clients
+BANDIT_PATHS := alerts api approvals config console gateway ledger reconciliation sandbox sso chaos bench clients
 bandit: $(STAMP)
 	@err=$$(mktemp); $(BIN)/bandit -q -r $(BANDIT_PATHS) -c pyproject.toml 2>$$err; status=$$?; \
 	grep -v "but no failed test" $$err >&2; rm -f $$err; \

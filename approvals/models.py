@@ -5,6 +5,7 @@ at most one pending request (a partial unique index).
 """
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
@@ -32,6 +33,11 @@ class ApprovalRequest(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Who the two people are behind their accounts (sso.identities): the local account and every
+    # identity-provider subject linked to it. Four eyes holds on these too: one subject linked to
+    # two accounts is one person.
+    requested_by_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)
+    decided_by_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)
     decision_note = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(db_default=Now())
@@ -49,6 +55,10 @@ class ApprovalRequest(models.Model):
                 | Q(requested_by__isnull=True)
                 | ~Q(decided_by=F("requested_by")),
                 name="approval_four_eyes",
+            ),
+            models.CheckConstraint(
+                condition=~Q(decided_by_identities__overlap=F("requested_by_identities")),
+                name="approval_four_eyes_identities",
             ),
             models.CheckConstraint(
                 condition=Q(status=ApprovalStatus.PENDING) | Q(decided_at__isnull=False),

@@ -20,6 +20,7 @@ from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
+from sso.identities import identities_of, provider_identity
 
 
 class ApprovalRefused(LedgerError):
@@ -54,6 +55,7 @@ def open_approval_request(
         attempt=attempt,
         requested_by=requested_by,
         requested_by_actor=actor[:200],
+        requested_by_identities=identities_of(requested_by),
         reason=reason,
         expires_at=job.db_now + timedelta(hours=settings.RECKON_APPROVAL_TTL_HOURS),
         payload_digest=payload_digest(job.payload),
@@ -120,7 +122,8 @@ def approve(*, request_id: int, user, note: str) -> ApprovalRequest:
                 actor=user.get_username(),
                 kind=EventKind.APPROVAL_GRANTED,
                 note=note,
-                evidence={"approval_request": request.pk, "payload_digest": digest},
+                evidence={"approval_request": request.pk, "payload_digest": digest,
+                          "approver": {"username": user.get_username(), **provider_identity(user)}},
             )
             batch.open_next_attempt(
                 job,
@@ -217,6 +220,12 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
     """The approver is not the person whose action led to the request; and when nobody's did
     (the reconciler asked on its own), not anyone who decided on this job before."""
     name = user.get_username()
+    same = sorted(set(identities_of(user)) & set(request.requested_by_identities))
+    if same and request.requested_by_id != user.pk:
+        raise ApprovalRefused(
+            f"four eyes: {name} is the same person as {request.requested_by_actor}, who requested this approval "
+            f"(both accounts are {', '.join(same)}), and cannot {what}; another approver must decide"
+        )
     if request.requested_by_id is not None:
         if request.requested_by_id == user.pk:
             through = request.requested_by_actor
@@ -241,7 +250,8 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
 
 def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at) -> None:
     request.status, request.decided_by, request.decided_at, request.decision_note = status, user, at, note
-    request.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    request.decided_by_identities = identities_of(user)
+    request.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "decided_by_identities"])
 
 
 def _close(job, attempt, request: ApprovalRequest, *, kind: str, job_status: str, actor_type: str, actor: str,

@@ -83,6 +83,23 @@ def Rates(name: str, raw: str) -> dict[str, float]:
     return rates
 
 
+def Pairs(name: str, raw: str) -> dict[str, str]:
+    """`corp=https://sso.example.com,partner=https://id.partner.test` -> {"corp": "https://…", …}: a
+    value per name (the value may itself hold `=`)."""
+    pairs = {}
+    for item in List(name, raw):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise ValueError(f"{name} takes NAME=VALUE items separated by commas, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def Sets(name: str, raw: str) -> dict[str, frozenset[str]]:
+    """`reckon-ops=operators,reckon-leads=operators|approvers` -> {"reckon-ops": {"operators"}, …}."""
+    return {key: frozenset(v.strip() for v in value.split("|") if v.strip()) for key, value in Pairs(name, raw).items()}
+
+
 @dataclass(frozen=True)
 class Declaration:
     name: str

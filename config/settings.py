@@ -14,7 +14,21 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import Bool, Float, Int, List, Networks, Rates, Str, Url, declare, load_dotenv, setting
+from config.env import (
+    Bool,
+    Float,
+    Int,
+    List,
+    Networks,
+    Pairs,
+    Rates,
+    Sets,
+    Str,
+    Url,
+    declare,
+    load_dotenv,
+    setting,
+)
 from config.paths import CODE_DIR, PROJECT_DIR
 
 # BASE_DIR holds the code (the checkout, or site-packages when installed); Reckon's own files
@@ -35,6 +49,7 @@ API = "Worker API"
 EXAMPLES = "The examples' own variables (examples/, read by those programs, not by Reckon)"
 HARNESS = "Fault points, tests and benchmarks"
 ALERTS = "Alerts"
+SIGN_IN = "Sign-in: identity providers (OpenID Connect) and break-glass accounts"
 
 
 def database_from_url(url: str) -> dict:
@@ -114,6 +129,15 @@ INSTALLED_APPS = [
     "bench",
     "alerts",
     "gateway",
+    # Sign-in through identity providers (sso/): django-allauth's OpenID Connect provider, and its
+    # TOTP for break-glass accounts. Only the provider log-in and callback URLs are served
+    # (config/urls.py): no sign-up, password reset or e-mail pages.
+    "sso",  # before allauth: its templates (the provider error page) replace allauth's
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",
 ]
 
 MIDDLEWARE = [
@@ -123,6 +147,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    # A provider's session is checked again after RECKON_OIDC_REVALIDATE_S (roles re-read).
+    "sso.middleware.ProviderSessionRevalidation",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -375,6 +402,67 @@ AXES_RESET_ON_SUCCESS = True
 # (without a token it answers 403 saying so); in debug, either one opens it.
 RECKON_METRICS_TOKEN = setting("RECKON_METRICS_TOKEN", "", Str, "Bearer token for /metrics; required with debug off (without it /metrics answers 403).", group=SECURITY, example="long-random-string")
 RECKON_METRICS_ALLOW = setting("RECKON_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"], Networks, "Client addresses or networks that may read /metrics.", group=SECURITY, shown_default="127.0.0.1,::1")
+# -- Sign-in through identity providers (sso/, README "Sign in with your identity provider") -------
+# Unset: no provider, password sign-in as before. Each provider is `id=issuer URL` (discovery at
+# ISSUER/.well-known/openid-configuration, PKCE on), with its client id and secret under the same id.
+RECKON_OIDC_PROVIDERS = setting("RECKON_OIDC_PROVIDERS", {}, Pairs, "Identity providers (OpenID Connect), `id=issuer URL` separated by commas. Unset: password sign-in only.", group=SIGN_IN, example="keycloak=https://sso.example.com/realms/acme")
+RECKON_OIDC_NAMES = setting("RECKON_OIDC_NAMES", {}, Pairs, "The name the sign-in page shows for each provider, `id=name` (default: the id).", group=SIGN_IN, example="keycloak=Acme SSO")
+RECKON_OIDC_CLIENT_IDS = setting("RECKON_OIDC_CLIENT_IDS", {}, Pairs, "Reckon's client id at each provider, `id=client id`.", group=SIGN_IN, example="keycloak=reckon")
+RECKON_OIDC_CLIENT_SECRETS = setting("RECKON_OIDC_CLIENT_SECRETS", {}, Pairs, "Reckon's client secret at each provider, `id=secret`.", group=SIGN_IN, example="keycloak=change-me")
+RECKON_OIDC_SCOPES = setting("RECKON_OIDC_SCOPES", ["openid", "profile", "email"], List, "Scopes asked of every provider; add the one that releases the groups claim if your provider needs it (e.g. groups).", group=SIGN_IN)
+RECKON_OIDC_GROUPS_CLAIM = setting("RECKON_OIDC_GROUPS_CLAIM", "groups", Str, "The claim (in the ID token or userinfo) that lists the person's groups at the provider.", group=SIGN_IN)
+RECKON_OIDC_GROUP_ROLES = setting("RECKON_OIDC_GROUP_ROLES", {}, Sets, "Provider group to Reckon roles, `group=role|role` separated by commas (roles: operators, approvers, auditors). Applied at every sign-in: a role no mapped group gives is taken away.", group=SIGN_IN, example="reckon-operators=operators,reckon-approvers=approvers,reckon-auditors=auditors")
+RECKON_OIDC_GROUP_TENANTS = setting("RECKON_OIDC_GROUP_TENANTS", {}, Sets, "Provider group to tenant scope, `group=tenant|tenant` (`*`: every tenant) separated by commas. Applied at every sign-in.", group=SIGN_IN, example="reckon-operators=acme|globex,reckon-auditors=*")
+RECKON_OIDC_REVALIDATE_S = setting("RECKON_OIDC_REVALIDATE_S", 900, Int, "A session signed in through a provider is sent back to it after this many seconds, and its roles and tenants are read again: how long a role taken away at the provider can outlive it.", group=SIGN_IN)
+RECKON_SSO_ONLY = setting("RECKON_SSO_ONLY", False, Bool, "Password sign-in off for everyone but the break-glass accounts (which then need their TOTP code). Needs a provider.", group=SIGN_IN)
+RECKON_BREAK_GLASS_ACCOUNTS = setting("RECKON_BREAK_GLASS_ACCOUNTS", [], List, "Usernames that may still sign in with a password when RECKON_SSO_ONLY is on, with a TOTP code (`manage.py break_glass_totp USERNAME`).", group=SIGN_IN, example="breakglass")
+RECKON_NO_ROLE_CONTACT = setting("RECKON_NO_ROLE_CONTACT", "your Reckon administrator", Str, "Who a person signed in without any role is told to ask (\"You have no role here; ask …\").", group=SIGN_IN)
+_ROLES = {"operators", "approvers", "auditors"}
+for _group, _roles in RECKON_OIDC_GROUP_ROLES.items():
+    if _roles - _ROLES:
+        raise ImproperlyConfigured(f"RECKON_OIDC_GROUP_ROLES maps {_group} to {', '.join(sorted(_roles - _ROLES))}: "
+                                   f"Reckon's roles are {', '.join(sorted(_ROLES))}")
+for _provider in RECKON_OIDC_PROVIDERS:
+    _missing = [name for name, values in (("RECKON_OIDC_CLIENT_IDS", RECKON_OIDC_CLIENT_IDS),
+                                          ("RECKON_OIDC_CLIENT_SECRETS", RECKON_OIDC_CLIENT_SECRETS)) if _provider not in values]
+    if _missing:
+        raise ImproperlyConfigured(f"identity provider {_provider} (RECKON_OIDC_PROVIDERS) has no entry in {' and '.join(_missing)}")
+if RECKON_SSO_ONLY and not RECKON_OIDC_PROVIDERS:
+    raise ImproperlyConfigured("RECKON_SSO_ONLY is on but RECKON_OIDC_PROVIDERS names no identity provider: nobody could sign in")
+
+
+def oidc_apps(providers: dict, names: dict, client_ids: dict, secrets: dict) -> list[dict]:
+    """django-allauth's OpenID Connect apps for Reckon's provider settings."""
+    return [
+        {"provider_id": provider, "name": names.get(provider, provider), "client_id": client_ids[provider],
+         "secret": secrets[provider],
+         "settings": {"server_url": issuer, "oauth_pkce_enabled": True, "fetch_userinfo": True}}
+        for provider, issuer in providers.items()
+    ]
+
+
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "OAUTH_PKCE_ENABLED": True,
+        "SCOPE": RECKON_OIDC_SCOPES,
+        "APPS": oidc_apps(RECKON_OIDC_PROVIDERS, RECKON_OIDC_NAMES, RECKON_OIDC_CLIENT_IDS, RECKON_OIDC_CLIENT_SECRETS),
+    }
+}
+SOCIALACCOUNT_ADAPTER = "sso.adapters.ProviderSignIn"
+ACCOUNT_ADAPTER = "sso.adapters.NoSignUp"
+# A new person is created at their first sign-in, from the provider's claims; an account is never
+# joined to a provider identity by a matching e-mail address (the provider does not own our users).
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_QUERY_EMAIL = False
+SOCIALACCOUNT_STORE_TOKENS = False
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
+MFA_SUPPORTED_TYPES = ["totp"]
+MFA_TOTP_ISSUER = "Reckon"
 # -- end of hardening ----------------------------------------------------------------------------
 
 RECKON_LOG_LEVEL = setting("RECKON_LOG_LEVEL", "INFO", Str, "Level of Reckon's own log (DEBUG, INFO, WARNING, …).",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import wraps
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.views import redirect_to_login
@@ -115,6 +116,12 @@ def has_role(user, roles: Iterable[str]) -> bool:
     return user.is_authenticated and (user.is_superuser or bool(roles_of(user) & set(roles)))
 
 
+def no_role_message() -> str:
+    """What a signed-in person without any console role is told (their roles come from an
+    administrator, or from their identity provider's groups: sso.roles)."""
+    return f"You have no role here; ask {settings.RECKON_NO_ROLE_CONTACT} for one"
+
+
 def role_required(*roles: str) -> Callable:
     """Let the view run only for a user in one of `roles` (or a superuser); 403 otherwise."""
     if not roles:
@@ -128,6 +135,8 @@ def role_required(*roles: str) -> Callable:
                 if getattr(request, "htmx", False):
                     return HttpResponseClientRedirect(login["Location"])
                 return login
+            if not request.user.is_superuser and not roles_of(request.user):
+                raise PermissionDenied(no_role_message())
             if not has_role(request.user, roles):
                 raise PermissionDenied(f"this needs the role {' or '.join(roles)}")
             return view(request, *args, **kwargs)

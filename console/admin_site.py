@@ -10,9 +10,12 @@ page of it, the login included, refuses anyone else, whatever permissions they h
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.admin import AdminSite
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 
 
 class SuperuserLoginForm(AdminAuthenticationForm):
@@ -30,3 +33,10 @@ class ReckonAdminSite(AdminSite):
 
     def has_permission(self, request) -> bool:
         return request.user.is_active and request.user.is_superuser
+
+    def login(self, request, extra_context=None):
+        # With an identity provider configured, /admin/ signs in where the console does (the
+        # provider, or a break-glass account's password and TOTP code).
+        if settings.RECKON_OIDC_PROVIDERS:
+            return redirect_to_login(request.GET.get("next") or reverse("admin:index"))
+        return super().login(request, extra_context)

@@ -12,6 +12,7 @@ from console.models import AdminAuditEntry
 from console.pagination import Page, decode_id_cursor, take_page
 from console.selectors.search import matching_ids
 from ledger.models import LedgerEvent
+from sso.models import SignInEvent
 
 # A search's events are those of the newest matching jobs, at most this many (the page says so):
 # each job's events come from its own index entries, so a search costs the same at any size.
@@ -78,3 +79,17 @@ def admin_changes(spec: AuditFilter):
     if spec.until:
         entries = entries.filter(at__lt=spec.until)
     return entries
+
+
+def sign_ins(spec: AuditFilter):
+    """The sign-in trail, newest first; only the actor and the time filters apply."""
+    events = SignInEvent.objects.order_by("-id")
+    if spec.job or spec.key or spec.kind:
+        return events.none()
+    if spec.actor:
+        events = events.filter(username=spec.actor)
+    if spec.since:
+        events = events.filter(at__gte=spec.since)
+    if spec.until:
+        events = events.filter(at__lt=spec.until)
+    return events

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 from console.access import READERS, fence_of, role_required
 from console.csv_export import csv_download
 from console.forms import AuditFilterForm
-from console.selectors.audit import AUDIT_JOBS, admin_changes, audit_events, audit_page, found_jobs
+from console.selectors.audit import AUDIT_JOBS, admin_changes, audit_events, audit_page, found_jobs, sign_ins
 from ledger.states import EventKind
 
 CSV_COLUMNS = (
@@ -61,6 +61,7 @@ def audit(request: HttpRequest) -> HttpResponse:
             "more_jobs": found is not None and len(found) > AUDIT_JOBS,
             # People and permissions span every tenant: only a user who sees every tenant sees them.
             "admin_changes": list(admin_changes(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
+            "sign_ins": list(sign_ins(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
         },
     )
 

@@ -18,6 +18,9 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
 - `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
 - `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway the `run`
   blocks start, with the token from the environment.
+- `oidc-env`: identity-provider settings (`NAME=value` lines): each is a declared setting, Reckon
+  starts with them, and a person signs in with them through the tests' real provider (its issuer
+  and secret in place of the sample's) and gets the roles and tenants the mapping gives.
 
 A block with no check, or an unknown one, fails the suite.
 """
@@ -29,6 +32,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import tomllib
 from dataclasses import dataclass
@@ -47,7 +51,7 @@ README = ROOT / "README.md"
 README_URL = "http://127.0.0.1:8000"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
 KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "chaos-table",
-         "mcp-client-config"}
+         "mcp-client-config", "oidc-env"}
 STATE = "reckon-readme-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
@@ -315,3 +319,65 @@ def _exported(folder, env: dict) -> dict:
     for name in ("PWD", "OLDPWD", "SHLVL", "_"):
         exported.pop(name, None)
     return exported
+
+
+def _oidc_settings(block: Block) -> dict[str, str]:
+    values = {}
+    for line in block.text.splitlines():
+        name, _, value = line.partition("=")
+        values[name] = value
+    return values
+
+
+def test_the_identity_provider_settings_start_reckon():
+    (block,) = of_kind("oidc-env")
+    values = _oidc_settings(block)
+    from config.env import DECLARED
+
+    assert set(values) <= set(DECLARED), set(values) - set(DECLARED)
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "RECKON_DEBUG": "true", **values})
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_person_signs_in_with_the_readme_settings_through_a_real_provider(live_server, settings, tmp_path):
+    import requests
+    from django.contrib.auth.models import User
+
+    from config.env import Bool, List, Pairs, Sets
+    from config.settings import oidc_apps
+    from console.models import TenantScope
+    from tests.oidc.harness import CLIENT_ID, CLIENT_SECRET, IdentityProvider
+
+    values = _oidc_settings(of_kind("oidc-env")[0])
+    (provider_id,) = Pairs("P", values["RECKON_OIDC_PROVIDERS"])
+    assert Pairs("C", values["RECKON_OIDC_CLIENT_IDS"]) == {provider_id: CLIENT_ID}
+    provider = IdentityProvider(tmp_path, redirect_uris=[f"{live_server.url}/accounts/oidc/{provider_id}/login/callback/"],
+                                users={"olivia": {"password": "olivia-at-the-idp", "groups": ["reckon-operators"]}})
+    provider.start()
+    try:
+        settings.RECKON_OIDC_PROVIDERS = {provider_id: provider.issuer}
+        settings.RECKON_OIDC_NAMES = Pairs("N", values["RECKON_OIDC_NAMES"])
+        settings.RECKON_OIDC_CLIENT_IDS = Pairs("C", values["RECKON_OIDC_CLIENT_IDS"])
+        settings.RECKON_OIDC_CLIENT_SECRETS = {provider_id: CLIENT_SECRET}
+        settings.RECKON_OIDC_GROUP_ROLES = Sets("R", values["RECKON_OIDC_GROUP_ROLES"])
+        settings.RECKON_OIDC_GROUP_TENANTS = Sets("T", values["RECKON_OIDC_GROUP_TENANTS"])
+        settings.RECKON_SSO_ONLY = Bool("S", values["RECKON_SSO_ONLY"])
+        settings.SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
+            "OAUTH_PKCE_ENABLED": True, "SCOPE": List("S", values["RECKON_OIDC_SCOPES"]),
+            "APPS": oidc_apps(settings.RECKON_OIDC_PROVIDERS, settings.RECKON_OIDC_NAMES,
+                              settings.RECKON_OIDC_CLIENT_IDS, settings.RECKON_OIDC_CLIENT_SECRETS)}}
+        with requests.Session() as browser:
+            page = browser.get(f"{live_server.url}/accounts/login/", timeout=30)
+            assert "Sign in with Acme SSO" in page.text
+            form = browser.post(f"{live_server.url}/accounts/oidc/{provider_id}/login/", timeout=30,
+                                data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "next": "/queue/"})
+            assert form.url.startswith(f"{provider.issuer}/interaction/"), form.url
+            back = browser.post(form.url, data={"login": "olivia", "password": "olivia-at-the-idp"}, timeout=30)
+            assert back.url == f"{live_server.url}/queue/" and back.status_code == 200
+        olivia = User.objects.get(username="olivia")
+        assert set(olivia.groups.values_list("name", flat=True)) == {"operators"}
+        assert TenantScope.objects.get(user=olivia).tenants == ["acme", "globex"]
+    finally:
+        provider.stop()

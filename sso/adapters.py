@@ -1,0 +1,67 @@
+"""django-allauth's hooks, for Reckon: people come from identity providers only (no sign-up
+pages), their roles and tenants follow the provider's groups at every sign-in, and every failed
+provider sign-in is on the trail."""
+
+from __future__ import annotations
+
+import time
+
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.utils import user_username
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.contrib.auth import get_user_model
+from django.shortcuts import render
+
+from sso import roles, trail
+from sso.identities import issuer_of
+from sso.models import SignInEvent
+
+
+class NoSignUp(DefaultAccountAdapter):
+    """No account is made from a form: people are made in /admin/ or at their first provider sign-in."""
+
+    def is_open_for_signup(self, request) -> bool:
+        return False
+
+    def pre_login(self, request, user, **kwargs):
+        refused = super().pre_login(request, user, **kwargs)
+        if refused:
+            return refused
+        sociallogin = (kwargs.get("signal_kwargs") or {}).get("sociallogin")
+        if sociallogin is not None:
+            account = sociallogin.account
+            claims = {**(account.extra_data.get("id_token") or {}), **(account.extra_data.get("userinfo") or {})}
+            roles.apply_grant(user, roles.grant_for(roles.groups_claim(claims)))
+            request.session[trail.SESSION_KEY] = {
+                "provider": account.provider, "issuer": issuer_of(account), "subject": account.uid, "at": time.time(),
+            }
+        return None
+
+    def respond_user_inactive(self, request, user):
+        """An account switched off in /admin/ stays off, whatever the provider says."""
+        trail.record(request, SignInEvent.FAILED, user=user, method="provider",
+                     detail="the account is inactive in Reckon (switched off in /admin/)")
+        return render(request, "sso/inactive.html", {"username": user.get_username()}, status=403)
+
+
+class ProviderSignIn(DefaultSocialAccountAdapter):
+    def is_open_for_signup(self, request, sociallogin) -> bool:
+        return True
+
+    def populate_user(self, request, sociallogin, data):
+        """The provider's preferred username when it is free; otherwise it with the provider's id
+        (a provider never takes over an existing account by naming it)."""
+        user = super().populate_user(request, sociallogin, data)
+        wanted = (data.get("username") or sociallogin.account.uid)[:100]
+        username = wanted
+        if get_user_model()._default_manager.filter(username__iexact=username).exists():
+            username = f"{wanted}@{sociallogin.account.provider}"[:150]
+        user_username(user, username)
+        return user
+
+    def on_authentication_error(self, request, provider, error=None, exception=None, extra_context=None) -> None:
+        reason = str(exception) if exception else f"the provider's answer was refused ({error})"
+        if not exception and extra_context and "state_id" in extra_context:
+            reason = "the callback's state is unknown or already used (a forged or replayed callback)"
+        trail.record(request, SignInEvent.FAILED, method=provider.app.provider_id,
+                     detail=reason[:500])
