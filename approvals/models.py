@@ -33,7 +33,7 @@ class ApprovalRequest(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
-    # Who the two people are behind their accounts (sso.identities): the local account and every
+    # Who the two people are behind their accounts (approvals.identities): the local account and every
     # identity-provider subject linked to it. Four eyes holds on these too: one subject linked to
     # two accounts is one person.
     requested_by_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)

@@ -14,13 +14,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from approvals.identities import identities_of, provider_identity
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
 from ledger.states import FINISHED_JOB, ActorType, EventKind, Execution, JobStatus
-from sso.identities import identities_of, provider_identity
 
 
 class ApprovalRefused(LedgerError):

@@ -12,9 +12,9 @@ from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.contrib.auth import get_user_model
 from django.shortcuts import render
 
+from approvals.identities import issuer_of
+from console.models import SignInEvent
 from sso import roles, trail
-from sso.identities import issuer_of
-from sso.models import SignInEvent
 
 
 class NoSignUp(DefaultAccountAdapter):

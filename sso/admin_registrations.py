@@ -12,7 +12,7 @@ from allauth.socialaccount.models import SocialAccount, SocialApp, SocialToken
 from django.contrib import admin
 
 from console.admin import ReadOnlyAdmin, _read_only
-from sso.models import SignInEvent
+from console.models import SignInEvent
 
 for _model in (EmailAddress, SocialApp, SocialToken, Authenticator):
     if admin.site.is_registered(_model):

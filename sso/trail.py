@@ -9,7 +9,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from console.hardening import client_address
-from sso.models import SignInEvent
+from console.models import SignInEvent
 
 SESSION_KEY = "reckon_provider_sign_in"
 BREAK_GLASS_KEY = "reckon_break_glass"

@@ -23,8 +23,8 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST
 from requests import RequestException
 
+from console.models import SignInEvent
 from sso import trail
-from sso.models import SignInEvent
 
 PENDING_KEY = "reckon_break_glass_pending"
 # The TOTP step must follow the password within this long, and allows this many wrong codes.

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from console.access import TenantFence
-from console.models import AdminAuditEntry
+from console.models import AdminAuditEntry, SignInEvent
 from console.pagination import Page, decode_id_cursor, take_page
 from console.selectors.search import matching_ids
 from ledger.models import LedgerEvent
-from sso.models import SignInEvent
 
 # A search's events are those of the newest matching jobs, at most this many (the page says so):
 # each job's events come from its own index entries, so a search costs the same at any size.

@@ -14,8 +14,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from config.settings import oidc_apps
-from console.models import TenantScope
-from sso.models import SignInEvent
+from console.models import SignInEvent, TenantScope
 from tests.oidc.harness import CLIENT_ID, CLIENT_SECRET, IdentityProvider
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
