@@ -24,11 +24,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(DEV) RECKON_DEMO=true $(BIN)/python manage.py runstack --port $(PORT)
 
+# The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
+# started once), each worker on its own test database (pytest-django suffixes its name) and every
+# child process on a free port. Much of the suite waits on real processes, so two workers help
+# even on two cores. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
 	$(MAKE) --no-print-directory bandit
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The static security scan: any finding not reviewed on its line (`# nosec Bxxx  # why`) fails the
 # build. Bandit warns "nosec encountered ... but no failed test" for parts of an accepted line that
