@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from django.utils import timezone
 
 from bench.generate import unknown_jobs
 from chaos.world import World, wait_until
+from config.processes import ChildProcess
 from ledger.actions import Succeeded
 from ledger.models import Job
 from ledger.providers import call
@@ -275,14 +275,10 @@ def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, proce
     """`processes` `reconcile --loop` processes (as on as many hosts) drain one backlog released at
     once: every job looked up exactly once, their shares add up, the total rate."""
     ids = backlog(world, count=size, prefix=prefix, held=True)
-    env = {**os.environ, **world.env(), "RECKON_RECONCILE_CONCURRENCY": str(concurrency), "PYTHONUNBUFFERED": "1"}
+    env = {**world.env(), "RECKON_RECONCILE_CONCURRENCY": str(concurrency), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "reconcile", "--loop", "--interval", "0.1"]
     logs = [world.workdir / f"{prefix}-{n}.log" for n in range(processes)]
-    procs = []
-    for log_path in logs:
-        with open(log_path, "wb") as log:
-            procs.append(subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdout=log,  # nosec B603  # our own command under sys.executable; no shell, no outside input
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+    procs = [ChildProcess(argv, env=env, cwd=settings.BASE_DIR, log=log_path).start() for log_path in logs]
     try:
         with ConnectionSampler(others=True) as sampler:
             # Each process holds its one connection once its first (empty) pass has run.
@@ -302,7 +298,7 @@ def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, proce
         for proc in procs:
             proc.terminate()
         for proc in procs:
-            proc.wait(timeout=30)
+            proc.stop(grace=30)
     checks = ReconciliationCheck.objects.filter(job__job_id__in=ids)
     per_job = checks.values("job").annotate(n=Count("id")).values_list("n", flat=True)
     return {"processes": processes, "concurrency": concurrency, "backlog": size, "checks": checks.count(),

@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.generate import answer, generate, pending_jobs
 from chaos.world import World, wait_until
-from config.localdb import _accepting, find_bindir
+from config.localdb import find_bindir
+from config.processes import ChildProcess, accepting, free_port
 from ledger import services
 from ledger.models import Job
 from ledger.providers import call
@@ -272,7 +273,6 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
     from ledger.actions import _registry
     from ledger.declarations import load_actions_file
     from reconciliation.passes import reconcile_until_idle
-    from sandbox.testing import free_port
 
     port, secret = free_port(), secrets.token_urlsafe(32)
     os.environ["RECKON_BENCH_WEBHOOK_SECRET"] = secret
@@ -285,18 +285,12 @@ def _webhook_reconciliation(world: World, *, jobs: int, concurrency: int) -> dic
     _registry.pop("bench.webhook_mail", None)
     load_actions_file(declared, required=True)
     _unknown_mail_jobs(world, "hook", "bench.webhook_mail", jobs)
-    receiver = subprocess.Popen(  # nosec B603  # our own example under sys.executable; no shell
-        [sys.executable, str(Path(settings.BASE_DIR) / "examples" / "webhook_receiver.py"), str(port)],
-        env={**os.environ, "RECKON_WEBHOOK_SECRET": secret, "PROVIDER_URL": world.sandbox.url},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_until(lambda: _accepting(port), timeout=15, what="the webhook receiver to listen")
+    with ChildProcess([sys.executable, Path(settings.BASE_DIR) / "examples" / "webhook_receiver.py", str(port)],
+                      env={"RECKON_WEBHOOK_SECRET": secret, "PROVIDER_URL": world.sandbox.url}):
+        wait_until(lambda: accepting(port), timeout=15, what="the webhook receiver to listen")
         started = time.monotonic()
         decisions = reconcile_until_idle(limit=100, concurrency=concurrency)
         rate = jobs / (time.monotonic() - started)
-    finally:
-        receiver.terminate()
-        receiver.wait(timeout=10)
     settled = sum(1 for d in decisions if d.applied in ("succeeded", "replayed"))
     return {"webhook_decisions": len(decisions), "webhook_settled": settled,
             "webhook_reconciled_per_s": round(rate, 1)}

@@ -20,6 +20,7 @@ from django_q.tasks import async_task
 
 from chaos.checks import RunResult, evaluate, event_count, recover
 from chaos.world import EXTERNAL_ACTION, ROOT, World, answers, kill, wait_until
+from config.processes import ChildProcess, free_port
 from ledger.actions import _registry
 from ledger.declarations import load_actions_file
 from ledger.models import Attempt, Job, LedgerEvent
@@ -27,7 +28,6 @@ from ledger.services import enqueue_job
 from ledger.states import EventKind, Execution, JobStatus
 from ledger.tasks import run_job
 from reconciliation.models import CheckOutcome, ReconciliationCheck
-from sandbox.testing import free_port
 
 MAIL = {"to": "ops@acme.example", "subject": "Receipt", "body": "Thanks for your order."}
 
@@ -189,8 +189,7 @@ class RandomKills(Scenario):
         for kill_round in range(3):
             worker = world.worker(f"{self.name}-{result.run}-{kill_round}", workers=2)
             time.sleep(rng.uniform(0.5, 2.5))  # a random moment: the point of this scenario
-            os.killpg(worker.process.pid, signal.SIGKILL)
-            worker.process.wait()
+            worker.kill()
         world.worker(f"{self.name}-{result.run}-survivor", workers=2)
         result.recover_seconds = recover(job_ids, timeout=self.recover_timeout)
         world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
@@ -310,15 +309,10 @@ class WebhookReconcilerDown(Scenario):
             return event_count(job_id, "reconciliation_unavailable") >= 1
 
         wait_until(looked_while_down, timeout=30, interval=0.2, what=f"a look at {job_id} while the webhook is down")
-        receiver = subprocess.Popen(  # nosec B603  # our own example under sys.executable; no shell
-            [sys.executable, str(ROOT / "examples" / "webhook_receiver.py"), str(self.port)],
-            env={**os.environ, "RECKON_WEBHOOK_SECRET": self.secret, "PROVIDER_URL": world.sandbox.url},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
+        receiver = ChildProcess([sys.executable, ROOT / "examples" / "webhook_receiver.py", str(self.port)],
+                                env={"RECKON_WEBHOOK_SECRET": self.secret, "PROVIDER_URL": world.sandbox.url})
+        with receiver:
             result.recover_seconds = recover([job_id], timeout=self.recover_timeout)
-        finally:
-            receiver.terminate()
-            receiver.wait(timeout=10)
         _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}, not succeeded")
         confirmed = ReconciliationCheck.objects.filter(job__job_id=job_id, outcome="confirmed",
                                                        reconciler__startswith="webhook ").count()
@@ -392,8 +386,7 @@ class ProviderInProgress409(Scenario):
                                what="the charges to settle")
                 except TimeoutError:
                     slot = rng.randrange(self.workers)
-                    os.killpg(live[slot].process.pid, signal.SIGKILL)
-                    live[slot].process.wait()
+                    live[slot].kill()
                     kills += 1
                     live[slot] = start(slot, kills)
             result.recover_seconds = time.monotonic() - started

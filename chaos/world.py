@@ -9,20 +9,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
 
+from config import processes
 from config.localdb import Cluster
+from config.processes import free_port
 from ledger.actions import declared_action, load_action_modules
 from ledger.declarations import load_actions_file
-from sandbox.testing import SandboxProcess, free_port
+from sandbox.testing import SandboxProcess
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -39,45 +39,25 @@ lease_ttl = {lease_ttl}
 
 
 def wait_until(condition, *, timeout: float, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except Exception:  # the database may be restarting under us
-            value = None
-            connections.close_all()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    """config.processes.wait_until, through anything `condition` raises: the database may be
+    restarting under us (the connections are dropped and opened again on the next try)."""
+    return processes.wait_until(condition, timeout=timeout, interval=interval, what=what, tolerate=(Exception,),
+                                on_error=connections.close_all)
 
 
-class Worker:
+class Worker(processes.ChildProcess):
     """A real process of ours (in its own process group), optionally armed: a `manage.py qcluster`
-    unless `argv` says otherwise (the web server, an external worker)."""
+    unless `argv` says otherwise (the web server, an external worker); its log in the world's folder."""
 
     def __init__(self, world: World, name: str, env: dict, argv: list[str] | None = None):
         self.world, self.name = world, name
-        self.log = world.workdir / f"{name}.log"
-        argv = argv or [sys.executable, str(ROOT / "manage.py"), "qcluster"]
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(argv, cwd=ROOT,  # nosec B603  # our own programs under sys.executable; no shell, no outside input
-                                            env={**os.environ, **world.env(), **env}, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+        super().__init__(argv or [sys.executable, str(ROOT / "manage.py"), "qcluster"], env={**world.env(), **env},
+                         cwd=ROOT, log=world.workdir / f"{name}.log", append=True)
+        self.log = self.log_path
+        self.start()
 
-    def stop(self, grace: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+    def stop(self, grace: float = 5.0) -> int | None:
+        return super().stop(grace)
 
 
 class World:

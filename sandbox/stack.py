@@ -7,9 +7,8 @@ leave nothing running. If any child dies on its own, the whole stack stops and s
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
+import subprocess  # nosec B404  # the stack's children are our own programs
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,12 +17,18 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from config.processes import ChildProcess
+
 
 @dataclass
 class Child:
     name: str
     argv: list[str]
-    process: subprocess.Popen | None = field(default=None, repr=False)
+    child: ChildProcess | None = field(default=None, repr=False)
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return None if self.child is None else self.child.process
 
 
 def stack_children(*, host: str, port: int, workers: int, demo: bool = True) -> list[Child]:
@@ -83,10 +88,8 @@ class Stack:
         logs = Path(settings.BASE_DIR) / ".run" / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for child in self.children:
-            log = open(logs / f"{child.name}.log", "ab")
-            child.process = subprocess.Popen(child.argv, cwd=settings.BASE_DIR, start_new_session=True,  # nosec B603  # the stack's own fixed commands; no shell, no outside input
-                                             stdout=log, stderr=subprocess.STDOUT)
-            log.close()
+            child.child = ChildProcess(child.argv, cwd=settings.BASE_DIR, log=logs / f"{child.name}.log",
+                                       append=True).start()
             self.out.write(f"started {child.name:<9} pid {child.process.pid:<7} log .run/logs/{child.name}.log\n")
         self.out.flush()
 
@@ -108,21 +111,11 @@ class Stack:
         self._stopping = True
 
     def stop(self, grace: float = 10.0) -> None:
-        for child in reversed(self.children):
-            if child.process and child.process.poll() is None:
-                child.process.terminate()
+        started = [child for child in self.children if child.child is not None]
+        for child in reversed(started):  # all asked at once, then each given what is left of `grace`
+            child.child.terminate()
         deadline = time.monotonic() + grace
-        for child in self.children:
-            if child.process is None:
-                continue
-            try:
-                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:  # anything left in the child's group (qcluster's workers, gunicorn's) goes too
-                os.killpg(child.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.process.wait()
+        for child in started:  # anything left in the child's group (qcluster's workers, gunicorn's) goes too
+            child.child.stop(grace=max(0.1, deadline - time.monotonic()))
             self.out.write(f"stopped {child.name}\n")
         self.out.flush()

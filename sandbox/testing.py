@@ -14,15 +14,15 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
+import subprocess  # nosec B404  # waits on our own server's child process
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
+
+from config.processes import ChildProcess, free_port
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -59,12 +59,6 @@ def call(url: str, method: str, path: str, body: object = None, headers: dict | 
         connection.close()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
 class ServerProcess:
     """A server of ours in a child process: launched with a bounded wait until its `/_health`
     answers from this very process (its pid is in the answer), stopped with SIGTERM then SIGKILL.
@@ -76,7 +70,12 @@ class ServerProcess:
         self._tmpdir, self.db_path = tmpdir, db_path
         self.startup_timeout, self.stop_timeout = startup_timeout, stop_timeout
         self.log_path = self.db_path.with_suffix(".log")
-        self.process: subprocess.Popen | None = None
+        self.child: ChildProcess | None = None
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The running child (None once stopped)."""
+        return None if self.child is None else self.child.process
 
     @property
     def health_url(self) -> str:
@@ -90,9 +89,7 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self._command(), cwd=CHECKOUT, env=env, stdout=log,  # nosec B603  # our own server's command line; no shell, no outside input
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.child = ChildProcess(self._command(), env=env, cwd=CHECKOUT, log=self.log_path, append=True).start()
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._healthy():
@@ -125,16 +122,9 @@ class ServerProcess:
     def stop(self, cleanup: bool = True) -> int | None:
         """SIGTERM, then SIGKILL after ``stop_timeout``; returns the exit code."""
         code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=self.stop_timeout)
-            code = self.process.returncode
-            self.process = None
+        if self.child is not None:
+            code = self.child.stop(grace=self.stop_timeout)
+            self.child = None
         if cleanup and self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
         return code

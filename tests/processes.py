@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
 from django.db import connection
+
+from config.processes import ChildProcess, WaitTimeout, free_port, wait_until
+
+__all__ = ["ROOT", "ChildProcess", "ManagedProcess", "WaitTimeout", "WebServer", "database_url_of_tests", "free_port",
+           "manage", "production_env", "qcluster", "wait_for", "wait_until"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,17 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def wait_for(condition: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05,
              message: str = "condition") -> object:
     """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
-        _POLL.wait(interval)  # the polling interval of this bounded wait (the event is never set)
-
-
-_POLL = threading.Event()
+    return wait_until(condition, timeout=timeout, interval=interval, what=message)
 
 
 def database_url_of_tests() -> str:
@@ -41,50 +33,21 @@ def database_url_of_tests() -> str:
     return f"postgresql://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
-class ManagedProcess:
-    """A child process in its own process group, killed with its children on stop()."""
+class ManagedProcess(ChildProcess):
+    """A child process in its own process group, killed with its children on stop(); its output in
+    $RECKON_TEST_LOGS (or /tmp)/reckon-LOG_NAME-PID.log."""
 
     def __init__(self, argv: list[str], *, env: dict | None = None, log_name: str = "process",
                  inherit_env: bool = True, cwd: Path = ROOT):
-        self.argv = argv
-        self.cwd = cwd
-        self.env = {**(os.environ if inherit_env else {}), **(env or {})}
-        self.log_path = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
-        self.process: subprocess.Popen | None = None
+        log = Path(os.environ.get("RECKON_TEST_LOGS", "/tmp")) / f"reckon-{log_name}-{os.getpid()}.log"
+        super().__init__(argv, env=env, inherit_env=inherit_env, cwd=cwd, log=log)
 
     def start(self) -> ManagedProcess:
-        log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        super().start()
         return self
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, grace: float = 10.0) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
 
     def __enter__(self) -> ManagedProcess:
         return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def qcluster(*, workers: int = 2, env: dict | None = None) -> ManagedProcess:
@@ -112,14 +75,6 @@ def manage(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedP
     """`manage.py ARGS` in a process of its own with exactly `env`; its output as text."""
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class WebServer(ManagedProcess):

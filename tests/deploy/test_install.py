@@ -74,8 +74,11 @@ def fresh_venv(tmp_path_factory) -> Path:
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", work / "dist", work / "src"])
     (wheel,) = (work / "dist").glob("reckon_ledger-*.whl")
     venv = work / "venv"
-    run([sys.executable, "-m", "venv", venv])
-    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel])
+    # The new environment's own interpreter, installed into by this environment's pip (`--python`):
+    # no pip of its own to bootstrap first, and no byte-compiling of every dependency up front (each
+    # process compiles what it imports, as after any install).
+    run([sys.executable, "-m", "venv", "--without-pip", venv])
+    run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--no-compile", wheel])
     return venv
 
 
