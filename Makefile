@@ -29,7 +29,6 @@ OIDC_PROVIDER := tests/oidc/node_modules/.package-lock.json
 $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 	cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error
 
-
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
 # child process on a free port. Much of the suite waits on real processes, so two workers help
