@@ -27,6 +27,7 @@ from ledger.models import Job
 
 SHOWN = 50
 INSIDE_FROM = 3  # characters; a shorter fragment has no trigram
+RECENT_WINDOW = 2000  # newest jobs read first, in key order (matching_ids)
 ANSWER_TEXT = "(a.result_ref || ' ' || a.error)"
 ANSWERED = "(a.result_ref <> '' OR a.error <> '')"  # the partial index's condition
 COLUMNS = ("id", "job_id", "tenant", "action", "status", "idempotency_key", "holder", "held_since",
@@ -89,10 +90,36 @@ def matching_sql(query: str, fence: TenantFence, limit: int, before: int | None 
     return f"SELECT id FROM ({texts} UNION {answers}) AS found ORDER BY id DESC LIMIT %s", params  # nosec B608  # fixed fragments of this module; values bound
 
 
+def recent_sql(query: str, fence: TenantFence, limit: int, before: int | None = None) -> tuple[str, list]:
+    """The statement selecting up to `limit` matches among the RECENT_WINDOW newest jobs (older than
+    `before`): read in primary-key order, so its cost is the window's, however common the fragment."""
+    where, params = "", []
+    if not fence.everything:
+        where, params = " AND s.tenant = ANY(%s)", [sorted(fence.tenants)]
+    if before is not None:
+        where, params = f"{where} AND s.job_id < %s", [*params, before]
+    pattern = like_inside(query)
+    sql = (f"WITH recent AS (SELECT s.job_id, s.text FROM ledger_jobsearchtext s WHERE TRUE{where} "  # nosec B608  # fixed fragments of this module; values bound
+           "ORDER BY s.job_id DESC LIMIT %s) "
+           "SELECT id FROM (SELECT r.job_id AS id FROM recent r WHERE r.text ILIKE %s ESCAPE '\\' "
+           f"UNION SELECT a.job_id FROM ledger_attempt a JOIN recent r ON r.job_id = a.job_id "
+           f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}) AS found ORDER BY id DESC LIMIT %s")
+    return sql, [*params, RECENT_WINDOW, pattern, pattern, limit]
+
+
 def matching_ids(query: str, fence: TenantFence, limit: int, before: int | None = None) -> list[int]:
+    """Up to `limit` matches, newest first. A fragment many jobs share (a domain, a prefix) is
+    found among the newest jobs at once: when the window holds a whole page, every match outside
+    it is older than the page, so the page is exact; a rarer fragment falls through to the
+    trigram indexes, whose plan scales with its matches, not the table."""
     if fence.empty:
         return []
     with connection.cursor() as cursor:
+        if len(query) >= INSIDE_FROM:
+            cursor.execute(*recent_sql(query, fence, limit, before))
+            found = [row[0] for row in cursor.fetchall()]
+            if len(found) == limit:
+                return found
         cursor.execute(*matching_sql(query, fence, limit, before))
         return [row[0] for row in cursor.fetchall()]
 

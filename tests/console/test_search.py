@@ -182,6 +182,27 @@ def test_it_pages_past_the_first_50_newest_first(client, auditor):
     assert "Newest matches" in html  # the last page leads back to the first
 
 
+@pytest.mark.parametrize("window", [200, 30])
+def test_a_page_found_among_the_newest_jobs_is_the_page_the_indexes_find(client, auditor, monkeypatch, window):
+    """The newest jobs are read first (a fragment many share costs the window, not the table);
+    with a window that holds a whole page or one that does not, the pages are the same."""
+    from console.selectors import search
+
+    monkeypatch.setattr(search, "RECENT_WINDOW", window)
+    for n in range(160):  # every third job matches, by its payload or by its provider's answer
+        make_job(f"mix-{n:03d}", payload={"to": f"c{n}@{'wide' if n % 3 == 0 else 'other'}.example"})
+    _succeed("mix-158", "inv_WIDE.EXAMPLE_1")
+    expected = [f"mix-{n:03d}" for n in reversed(range(160)) if n % 3 == 0 or n == 158]
+    client.force_login(auditor)
+    seen, url = [], "/search/?q=wide.EXAMPLE"
+    while url:
+        html = client.get(url).content.decode()
+        seen += _found(html)
+        following = re.search(r'<a href="(/search/\?[^"]+)"[^>]*rel="next"', html)
+        url = following.group(1).replace("&amp;", "&") if following else None
+    assert seen == expected
+
+
 def test_a_cursor_that_does_not_parse_shows_the_first_page(client, auditor, jobs):
     client.force_login(auditor)
     assert _found(client.get("/search/", {"q": "inv-", "before": "x'--"}).content.decode()) == [
