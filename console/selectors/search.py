@@ -99,11 +99,13 @@ def recent_sql(query: str, fence: TenantFence, limit: int, before: int | None = 
     if before is not None:
         where, params = f"{where} AND s.job_id < %s", [*params, before]
     pattern = like_inside(query)
-    sql = (f"WITH recent AS (SELECT s.job_id, s.text FROM ledger_jobsearchtext s WHERE TRUE{where} "  # nosec B608  # fixed fragments of this module; values bound
+    # The answers are asked per job of the window (a LATERAL subquery with a LIMIT runs per row, on
+    # the attempts' job index), never through the answers' trigram index across the table.
+    sql = (f"WITH recent AS MATERIALIZED (SELECT s.job_id, s.text FROM ledger_jobsearchtext s WHERE TRUE{where} "  # nosec B608  # fixed fragments of this module; values bound
            "ORDER BY s.job_id DESC LIMIT %s) "
-           "SELECT id FROM (SELECT r.job_id AS id FROM recent r WHERE r.text ILIKE %s ESCAPE '\\' "
-           f"UNION SELECT a.job_id FROM ledger_attempt a JOIN recent r ON r.job_id = a.job_id "
-           f"WHERE {ANSWER_TEXT} ILIKE %s ESCAPE '\\' AND {ANSWERED}) AS found ORDER BY id DESC LIMIT %s")
+           "SELECT r.job_id FROM recent r LEFT JOIN LATERAL (SELECT 1 AS hit FROM ledger_attempt a "
+           f"WHERE a.job_id = r.job_id AND {ANSWERED} AND {ANSWER_TEXT} ILIKE %s ESCAPE '\\' LIMIT 1) answer ON TRUE "
+           "WHERE r.text ILIKE %s ESCAPE '\\' OR answer.hit IS NOT NULL ORDER BY r.job_id DESC LIMIT %s")
     return sql, [*params, RECENT_WINDOW, pattern, pattern, limit]
 
 
