@@ -110,19 +110,25 @@ def recent_sql(query: str, fence: TenantFence, limit: int, before: int | None = 
 
 
 def matching_ids(query: str, fence: TenantFence, limit: int, before: int | None = None) -> list[int]:
-    """Up to `limit` matches, newest first. A fragment many jobs share (a domain, a prefix) is
-    found among the newest jobs at once: when the window holds a whole page, every match outside
-    it is older than the page, so the page is exact; a rarer fragment falls through to the
-    trigram indexes, whose plan scales with its matches, not the table."""
+    """Up to `limit` matches, newest first, in one statement. A fragment many jobs share (a domain,
+    a prefix) is found among the newest jobs at once: when the window holds a whole page, every
+    match outside it is older than the page, so the page is exact, and the indexes' part is never
+    run (a one-time filter); a rarer fragment is answered by the trigram indexes, whose plan
+    scales with its matches, not the table."""
     if fence.empty:
         return []
+    full_sql, full_params = matching_sql(query, fence, limit, before)
+    if len(query) < INSIDE_FROM:
+        sql, params = full_sql, full_params
+    else:
+        recent, recent_params = recent_sql(query, fence, limit, before)
+        sql = (f"WITH hits AS MATERIALIZED ({recent}) SELECT id FROM ("  # nosec B608  # fixed fragments of this module; values bound
+               "SELECT job_id AS id FROM hits WHERE (SELECT count(*) FROM hits) = %s "
+               f"UNION ALL SELECT id FROM ({full_sql}) AS indexed WHERE (SELECT count(*) FROM hits) < %s"
+               ") AS found ORDER BY id DESC LIMIT %s")
+        params = [*recent_params, limit, *full_params, limit, limit]
     with connection.cursor() as cursor:
-        if len(query) >= INSIDE_FROM:
-            cursor.execute(*recent_sql(query, fence, limit, before))
-            found = [row[0] for row in cursor.fetchall()]
-            if len(found) == limit:
-                return found
-        cursor.execute(*matching_sql(query, fence, limit, before))
+        cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -109,7 +109,7 @@ def test_an_operator_works_through_the_console_with_the_keyboard_alone(
         keys.tab_to(lambda f: f["id"] == "id_job")
         page.keyboard.type("rot-operator")
         page.keyboard.press("Enter")
-        expect(page).to_have_url(f"{live_server.url}/audit/?job=rot-operator&key=&actor=&kind=&since=&until=")
+        expect(page).to_have_url(f"{live_server.url}/audit/?q=&job=rot-operator&key=&actor=&kind=&since=&until=")
         expect(page.locator("#audit-table > table tbody")).to_contain_text("operator_marked_not_found")
     finally:
         context.close()

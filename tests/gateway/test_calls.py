@@ -15,7 +15,7 @@ from ledger.models import Attempt, Job
 from ledger.services import ClockTimestamp
 from ledger.states import Execution, JobStatus, SideEffect
 from reconciliation.models import ReconciliationCheck
-from reconciliation.passes import reconcile_due_jobs, reconcile_job
+from reconciliation.passes import reconcile_job, reconcile_until_idle
 from tests.conftest import event_kinds, expire_lease
 from tests.gateway.conftest import call, list_tools, text
 from tests.processes import wait_for
@@ -154,13 +154,13 @@ def test_the_reconcilers_first_look_at_an_unknown_call_waits_past_the_tools_time
     # create_note's timeout (2 s), from the transaction that made it unknown (its clock read at the
     # job's lock, a moment before the event's own time)
     assert job.next_check_at - became_unknown > timedelta(seconds=1.5)
-    assert not due(job) and reconcile_due_jobs() == []
+    assert not due(job) and reconcile_until_idle() == []
     assert not ReconciliationCheck.objects.filter(job=job).exists()
 
     upstream.release(name)  # meanwhile the upstream finishes the call the gateway gave up on
     wait_for(lambda: upstream.notes(name) == 1, timeout=30, message="the late call to be written")
     wait_for(lambda: due(job), timeout=30, message="the first look to fall due")
-    [decision] = reconcile_due_jobs()
+    [decision] = reconcile_until_idle()
 
     assert (decision.job_id, decision.outcome) == (job.job_id, "confirmed")
     again = call(gateway.url, token, "notes.create_note", arguments)

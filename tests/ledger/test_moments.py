@@ -30,5 +30,5 @@ def test_a_table_says_it_in_the_same_units_abbreviated():
 
 def test_when_gives_the_time_and_how_long_ago(settings):
     settings.TIME_ZONE = "UTC"
-    assert when(NOW - timedelta(minutes=2), NOW) == "11:58 (2 minutes ago)"
-    assert when(NOW - timedelta(days=1), NOW) == "2024-12-31 12:00 (1 day ago)"
+    assert when(NOW - timedelta(minutes=2), NOW) == "11:58:00 (2 minutes ago)"
+    assert when(NOW - timedelta(days=1), NOW) == "2024-12-31 12:00:00 (1 day ago)"

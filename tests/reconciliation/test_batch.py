@@ -131,7 +131,9 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(provider, settings,
         with CaptureQueriesContext(connection) as queries:
             decisions = apply_looks(looks)  # what a pass does with each batch of finished lookups
         assert {d.job_id for d in decisions} == set(expected)
-        counts.append(len(queries))
+        # Publishing the provider's calls for the console (every few seconds while calls are
+        # made, reconciliation.providers) depends on the clock, not on the batch: not counted.
+        counts.append(sum(1 for query in queries if "reconciliation_providerstate" not in query["sql"]))
     assert counts[0] == counts[1] <= 12, counts  # 5 jobs or 20: the same statements
     assert_ledger_clean()
 
