@@ -68,27 +68,21 @@ def audit_page(spec: AuditFilter, fence: TenantFence, found: list[int] | None = 
 def admin_changes(spec: AuditFilter):
     """Changes to users, groups and tenant scopes, newest first. Only the actor and the time
     filters apply: a search, a job, key or event kind names ledger events, so it matches no change here."""
-    entries = AdminAuditEntry.objects.order_by("-id")
+    return _people_trail(AdminAuditEntry.objects.order_by("-id"), spec, actor_field="actor")
+
+
+def sign_ins(spec: AuditFilter):
+    """The sign-in trail, newest first; only the actor and the time filters apply, as above."""
+    return _people_trail(SignInEvent.objects.order_by("-id"), spec, actor_field="username")
+
+
+def _people_trail(entries, spec: AuditFilter, *, actor_field: str):
     if spec.q or spec.job or spec.key or spec.kind:
         return entries.none()
     if spec.actor:
-        entries = entries.filter(actor=spec.actor)
+        entries = entries.filter(**{actor_field: spec.actor})
     if spec.since:
         entries = entries.filter(at__gte=spec.since)
     if spec.until:
         entries = entries.filter(at__lt=spec.until)
     return entries
-
-
-def sign_ins(spec: AuditFilter):
-    """The sign-in trail, newest first; only the actor and the time filters apply."""
-    events = SignInEvent.objects.order_by("-id")
-    if spec.job or spec.key or spec.kind:
-        return events.none()
-    if spec.actor:
-        events = events.filter(username=spec.actor)
-    if spec.since:
-        events = events.filter(at__gte=spec.since)
-    if spec.until:
-        events = events.filter(at__lt=spec.until)
-    return events
