@@ -14,6 +14,17 @@ class JobConflict(LedgerError):
     pass
 
 
+class JobArchived(JobConflict):
+    """The job id belongs to a job whose whole history was archived: it is never run again."""
+
+    def __init__(self, tombstone):
+        super().__init__(
+            f"job {tombstone.job_id!r} {tombstone.status} on {tombstone.finished_at:%Y-%m-%d %H:%M} UTC and its "
+            f"history was archived on {tombstone.checkpoint.archived_at:%Y-%m-%d} in "
+            f"{tombstone.checkpoint.archive_file}: a job id is never run again")
+        self.tombstone = tombstone
+
+
 class ClaimRefused(LedgerError):
     def __init__(self, reason: str, message: str):
         super().__init__(message)
