@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from ledger import archive
+from ledger.faults import fault_point
 from ledger.models import Attempt, HistoryCheckpoint, Job, JobTombstone, LedgerEvent
 from ledger.partitions import EVENTS, Partition, partitions
 from ledger.states import FINISHED_JOB
@@ -61,8 +63,7 @@ class NotArchivable(Exception):
     pass
 
 
-def run_retention_pass(*, now: datetime | None = None, limit: int | None = None,
-                       after_file_written=None) -> PassResult:
+def run_retention_pass(*, now: datetime | None = None, limit: int | None = None) -> PassResult:
     """Archive every expired partition, oldest first, until one is not expired or not archivable."""
     now = now or datetime.now(UTC)
     result = PassResult()
@@ -72,10 +73,12 @@ def run_retention_pass(*, now: datetime | None = None, limit: int | None = None,
     for partition in partitions():
         if limit is not None and len(result.archived) >= limit:
             break
-        if partition.end > now:
+        shortest = min([settings.RECKON_HISTORY_RETENTION_DAYS, *settings.RECKON_HISTORY_RETENTION_BY_TENANT.values()])
+        if partition.end > now - timedelta(days=shortest):
+            result.stopped = f"{partition.name}: online for at least {shortest:g} days after it ends"
             break
         try:
-            result.archived.append(archive_partition(partition, now=now, after_file_written=after_file_written))
+            result.archived.append(archive_partition(partition, now=now))
         except NotArchivable as reason:
             result.stopped = f"{partition.name}: {reason}"
             break
@@ -93,7 +96,7 @@ def _tenants_expired(cursor, partition: Partition, now: datetime) -> str:
     return ""
 
 
-def archive_partition(partition: Partition, *, now: datetime, after_file_written=None) -> HistoryCheckpoint:
+def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoint:
     """Archive one partition (the oldest online), as the module says; its checkpoint."""
     if partition.name != partitions()[0].name:
         raise NotArchivable("partitions leave oldest first")
@@ -122,8 +125,7 @@ def archive_partition(partition: Partition, *, now: datetime, after_file_written
 
         path = archive_dir() / f"{partition.name}.jsonl.gz"
         figures = _write_archive(cursor, partition, path, anchors, going_on, leaving, jobs)
-        if after_file_written:
-            after_file_written(path)
+        fault_point("archive_written", partition.name)
 
         checkpoint = HistoryCheckpoint.objects.create(
             partition=partition.name, range_start=partition.start, range_end=partition.end,
@@ -141,6 +143,7 @@ def archive_partition(partition: Partition, *, now: datetime, after_file_written
         cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{partition.name}"')
         cursor.execute(f'DROP TABLE "{partition.name}"')
         _remove_jobs(cursor, leaving)
+        fault_point("partition_dropped", partition.name)
     return checkpoint
 
 
@@ -239,3 +242,75 @@ def _write_archive(cursor, partition: Partition, path: Path, anchors: dict, goin
     carried_all = {job: value for job, value in anchors.items() if job not in leaving_keys}
     carried_all.update(carried_here)
     return {**trailer, "carried_all": dict(sorted(carried_all.items(), key=lambda item: int(item[0])))}
+
+
+def verify_against_checkpoints(path, *, file_only: bool = False) -> archive.Verified:
+    """archive.verify, then the file compared with its checkpoint and the one before it."""
+    verified = archive.verify(path)
+    if file_only:
+        return verified
+    header, trailer = verified.header, verified.trailer
+    checkpoint = HistoryCheckpoint.objects.filter(partition=header["partition"]).first()
+    if checkpoint is None:
+        raise archive.ArchiveInvalid(f"no checkpoint records {header['partition']}: this file never left the "
+                                     "database (a pass that stopped before its commit writes it again)")
+    recorded = {"events": checkpoint.events, "first_event_id": checkpoint.first_event_id,
+                "last_event_id": checkpoint.last_event_id, "first_hash": checkpoint.first_hash,
+                "last_hash": checkpoint.last_hash}
+    for name, value in recorded.items():
+        if trailer[name] != value:
+            raise archive.ArchiveInvalid(f"the checkpoint says {name} {value!r}, the file {trailer[name]!r}")
+    for job, value in trailer["carried"].items():
+        if checkpoint.carried.get(job) != value:
+            raise archive.ArchiveInvalid(f"job {job} goes on from {value} in the file, from "
+                                         f"{checkpoint.carried.get(job)} in the checkpoint")
+    previous = HistoryCheckpoint.objects.filter(range_end__lte=checkpoint.range_start).order_by("-range_end").first()
+    before = previous.carried if previous else {}
+    for job, value in header["anchors"].items():
+        if before.get(job) != value:
+            raise archive.ArchiveInvalid(f"job {job} follows {value} in the file; the checkpoint before it "
+                                         f"left it at {before.get(job)}")
+    actual = archive.file_sha256(path)
+    if actual != checkpoint.archive_sha256:
+        raise archive.ArchiveInvalid(f"the file's sha256 is {actual}, the checkpoint recorded "
+                                     f"{checkpoint.archive_sha256}: not the file that was archived")
+    return verified
+
+
+RESTORED_SCHEMA = "reckon_restored"
+READ_ONLY = f"""CREATE OR REPLACE FUNCTION {RESTORED_SCHEMA}.read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'restored history is read-only (%)', TG_TABLE_NAME; END $$"""
+
+
+def restore_archive(path, *, drop: bool = False) -> tuple[str, int]:
+    """Load a verified archive into read-only tables beside the ledger: (table, events)."""
+    verified = archive.verify(path, keep_jobs=True)
+    if not re.fullmatch(r"ledger_ledgerevent_[a-z0-9_]{1,40}", verified.header["partition"]):
+        raise archive.ArchiveInvalid(f"the partition name {verified.header['partition']!r} is not one Reckon makes")
+    table = f"{RESTORED_SCHEMA}.{verified.header['partition']}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {table}, {table}_jobs")
+        if drop:
+            return table, 0
+        cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {RESTORED_SCHEMA}")
+        cursor.execute(READ_ONLY)
+        cursor.execute(f"CREATE TABLE {table} (LIKE {EVENTS} INCLUDING DEFAULTS)")
+        cursor.execute(f"CREATE TABLE {table}_jobs (job_id text PRIMARY KEY, record jsonb NOT NULL)")
+        rows = []
+        for _raw, record in archive.read(path):
+            if record.get("type") == "event":
+                rows.append((record["id"], record["job_pk"], record["attempt_id"], record["at"], record["actor_type"],
+                             record["actor"], record["kind"], record["before"], record["after"], record["note"],
+                             record["evidence"], record["prev_hash"], record["hash"]))
+        cursor.executemany(
+            f"INSERT INTO {table} (id, job_id, attempt_id, at, actor_type, actor, kind, \"before\", \"after\", note, "  # nosec B608  # the table name is the verified file's partition name
+            "evidence, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s::jsonb, %s, %s)",
+            rows)
+        cursor.executemany(f"INSERT INTO {table}_jobs VALUES (%s, %s::jsonb)",  # nosec B608  # as above
+                           [(job["row"]["job_id"], archive.json.dumps(job, default=str)) for job in verified.jobs])
+        for name in (table, f"{table}_jobs"):
+            cursor.execute(f"CREATE TRIGGER read_only BEFORE INSERT OR UPDATE OR DELETE ON {name} "
+                           f"FOR EACH ROW EXECUTE FUNCTION {RESTORED_SCHEMA}.read_only()")
+            cursor.execute(f"CREATE TRIGGER read_only_truncate BEFORE TRUNCATE ON {name} "
+                           f"FOR EACH STATEMENT EXECUTE FUNCTION {RESTORED_SCHEMA}.read_only()")
+    return table, len(rows)
