@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+from io import StringIO
 from datetime import timedelta
 from pathlib import Path
 
@@ -143,6 +144,9 @@ def test_a_retention_pass_archives_an_expired_partition_whole(archive_dir):
     assert checkpoint.carried == {str(spans.pk): comment.prev_hash}
     assert Job.objects.filter(job_id="spans").exists() and not JobTombstone.objects.filter(job_id="spans").exists()
     assert broken() == {}  # ledger_check verifies the online history from the checkpoint
+    call_command("ledger_check", stdout=(out := StringIO()))
+    assert f"1 period(s) archived, the chains verified from the checkpoint of {EVENTS}_t0 (1 job(s) carried on)" \
+        in out.getvalue()
     path = Path(checkpoint.archive_file)
     assert path.parent == archive_dir and path.name == f"{EVENTS}_t0.jsonl.gz"
     call_command("verify_archive", str(path))
