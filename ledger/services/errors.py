@@ -1,6 +1,8 @@
 """What the transition layer refuses. A refusal leaves the ledger unchanged, except for the
 event that records it (written and committed before the exception is raised)."""
 
+from pathlib import PurePath
+
 
 class LedgerError(Exception):
     """A refused operation. The ledger is unchanged except for the event recording the refusal."""
@@ -21,7 +23,7 @@ class JobArchived(JobConflict):
         super().__init__(
             f"job {tombstone.job_id!r} {tombstone.status} on {tombstone.finished_at:%Y-%m-%d %H:%M} UTC and its "
             f"history was archived on {tombstone.checkpoint.archived_at:%Y-%m-%d} in "
-            f"{tombstone.checkpoint.archive_file}: a job id is never run again")
+            f"{PurePath(tombstone.checkpoint.archive_file).name}: a job id is never run again")
         self.tombstone = tombstone
 
 
