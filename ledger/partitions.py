@@ -19,6 +19,8 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from ledger.models import HistoryCheckpoint
+
 EVENTS = "ledger_ledgerevent"
 _BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -70,6 +72,8 @@ def ensure(since: datetime, until: datetime, *, days: int | None = None) -> list
         # One creator at a time (the schedule on two clusters, a migrate, the command).
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext('reckon.partitions'))")
         existing = partitions(cursor)
+        # An archived period stays archived: no partition is made again over its range.
+        existing += [Partition(c.partition, c.range_start, c.range_end) for c in HistoryCheckpoint.objects.all()]
         moment = since
         while moment < until:
             inside = next((p for p in existing if p.start <= moment < p.end), None)

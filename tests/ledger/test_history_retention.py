@@ -153,8 +153,9 @@ def test_a_retention_pass_archives_an_expired_partition_whole(archive_dir):
     path = Path(checkpoint.archive_file)
     assert path.parent == archive_dir and path.name == f"{EVENTS}_t0.jsonl.gz"
     call_command("verify_archive", str(path))
-    # Nothing left to do until the next partition expires; never twice.
+    # Nothing left to do until the next partition expires; never twice, and never made again.
     assert retention_pass(later).archived == []
+    assert ensure(checkpoint.range_start, checkpoint.range_end) == []
     assert HistoryCheckpoint.objects.count() == 1
 
 
