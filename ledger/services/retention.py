@@ -38,7 +38,8 @@ from ledger.partitions import EVENTS, Partition, partitions
 from ledger.states import FINISHED_JOB
 
 EVENT_COLUMNS = (
-    "e.id, e.job_id, j.job_id, e.attempt_id, e.at, extract(epoch from e.at)::text, e.actor_type, e.actor, "
+    "e.id, e.job_id, j.job_id, e.attempt_id, "
+    "to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'), extract(epoch from e.at)::text, e.actor_type, e.actor, "
     "e.kind, e.\"before\"::text, e.\"after\"::text, e.note, e.evidence::text, e.prev_hash, e.hash"
 )
 EVENT_KEYS = ("id", "job_pk", "job", "attempt_id", "at", "epoch", "actor_type", "actor", "kind", "before",
@@ -192,7 +193,7 @@ def _write_archive(cursor, partition: Partition, path: Path, anchors: dict, goin
     first = last = None
     count = 0
     last_hash: dict[str, str] = {}
-    with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as stream:
+    with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as stream:
 
         def put(record: dict) -> None:
             data = archive.line(record)
@@ -209,7 +210,6 @@ def _write_archive(cursor, partition: Partition, path: Path, anchors: dict, goin
                            "ORDER BY e.id")
             for row in events:
                 record = {"type": "event", **dict(zip(EVENT_KEYS, row, strict=True))}
-                record["at"] = record["at"].astimezone(UTC).isoformat()
                 put(record)
                 last_hash[str(record["job_pk"])] = record["hash"]
                 first = first or record
