@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from ledger import archive
 from ledger.faults import fault_point
@@ -141,11 +141,37 @@ def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoi
                          finished_at=jobs[pk].updated_at, checkpoint=checkpoint)
             for pk in leaving
         ])
+        _lock_for_detach(cursor)
         cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{partition.name}"')
         cursor.execute(f'DROP TABLE "{partition.name}"')
         _remove_jobs(cursor, leaving)
         fault_point("partition_dropped", partition.name)
     return checkpoint
+
+
+LOCK_WAIT = "200ms"  # below deadlock_timeout (1 s): the pass gives way before a worker is chosen
+LOCK_TRIES = 150
+
+
+def _lock_for_detach(cursor) -> None:
+    """The locks detaching and dropping the partition take (its foreign keys' tables, the event
+    table), taken first and together. Writers take them in other orders (a worker: the attempt,
+    then the job, then the event table; an enqueue: the job, then the attempt), so waiting for
+    them could close a cycle: the pass waits at most LOCK_WAIT each time, lets go and tries again,
+    so it is never the cause of a writer's deadlock."""
+    for _ in range(LOCK_TRIES):
+        try:
+            with transaction.atomic():
+                cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+                cursor.execute("LOCK TABLE ledger_attempt, ledger_job IN SHARE ROW EXCLUSIVE MODE")
+                cursor.execute(f"LOCK TABLE {EVENTS} IN ACCESS EXCLUSIVE MODE")
+        except OperationalError as refused:
+            if getattr(refused.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
+                raise
+            continue
+        cursor.execute("SET LOCAL lock_timeout = 0")
+        return
+    raise NotArchivable(f"the ledger stayed too busy to detach the partition ({LOCK_TRIES} tries): try again")
 
 
 def _dependents():
