@@ -12,11 +12,13 @@ in one transaction:
 3. records the checkpoint (the file's figures and sha256, the hashes carried on for jobs whose
    history goes on online), a tombstone for each job whose whole history is now archived, and
    removes those jobs' rows (the job, its attempts, what refers to them, written to the file);
-4. detaches and drops the partition: whole, never row by row.
+4. detaches the partition and empties it (TRUNCATE): whole, never row by row; after the commit,
+   its table is dropped in a transaction of its own (see drop_detached).
 
 A crash before the commit leaves the database as it was (the partition online, no checkpoint)
 and at most a file that the next pass writes again with the same content; after the commit
-the partition is gone and its checkpoint says where it went. A partition is archived once.
+the partition is gone and its checkpoint says where it went (an emptied table left by a crash
+before its drop is dropped by the next pass). A partition is archived once.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def run_retention_pass(*, now: datetime | None = None, limit: int | None = None)
     """Archive every expired partition, oldest first, until one is not expired or not archivable."""
     now = now or datetime.now(UTC)
     result = PassResult()
+    drop_detached()
     if settings.RECKON_HISTORY_RETENTION_DAYS <= 0:
         result.stopped = "RECKON_HISTORY_RETENTION_DAYS is 0: the history is kept online"
         return result
@@ -143,10 +146,35 @@ def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoi
         ])
         _lock_for_detach(cursor)
         cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{partition.name}"')
-        cursor.execute(f'DROP TABLE "{partition.name}"')
+        # Emptied, not dropped, here: DROP TABLE would take ACCESS EXCLUSIVE on the job and attempt
+        # tables (its foreign keys' triggers live there) for the rest of this transaction.
+        cursor.execute(f'TRUNCATE "{partition.name}"')
         _remove_jobs(cursor, leaving)
         fault_point("partition_dropped", partition.name)
+    drop_detached()
     return checkpoint
+
+
+def drop_detached() -> list[str]:
+    """Drop the archived partitions' emptied tables, each in a transaction of its own that gives
+    way (LOCK_WAIT) to the ledger's writers; a table left for now goes on the next pass."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.partition FROM ledger_historycheckpoint c WHERE to_regclass(c.partition) IS NOT NULL")
+        names = [name for (name,) in cursor.fetchall()]
+    dropped = []
+    for name in names:
+        for _ in range(LOCK_TRIES):
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+                    cursor.execute(f'DROP TABLE "{name}"')
+            except OperationalError as refused:
+                if getattr(refused.__cause__, "sqlstate", None) != "55P03":
+                    raise
+                continue
+            dropped.append(name)
+            break
+    return dropped
 
 
 LOCK_WAIT = "200ms"  # below deadlock_timeout (1 s): the pass gives way before a worker is chosen

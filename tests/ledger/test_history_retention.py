@@ -321,3 +321,45 @@ def test_a_retention_pass_killed_midway_loses_nothing_and_archives_once(standard
     assert list(Path(tmp_path / "archive").iterdir()) == [Path(checkpoint.archive_file)]  # no leftover partial
     call_command("verify_archive", checkpoint.archive_file)
     assert broken() == {}
+
+
+def test_a_retention_pass_gives_way_to_a_writer_and_then_archives(standard_partitions_afterwards, settings,
+                                                                  tmp_path):
+    """A writer holding the attempt table (as a worker's step does) while the pass wants to detach:
+    the pass waits in short turns, never blocking the writer into a deadlock, and archives after."""
+    import threading
+
+    import psycopg
+
+    settings.RECKON_HISTORY_ARCHIVE_DIR = str(tmp_path)
+    settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
+    fresh_layout()
+    finish("a")
+    later = cut_here()
+    writer = psycopg.connect(database_url_of_tests())
+    writer.execute("LOCK TABLE ledger_attempt IN ROW EXCLUSIVE MODE")  # its transaction stays open
+    outcome = {}
+
+    def retention():
+        try:
+            outcome["result"] = run_retention_pass(now=later + timedelta(days=1, seconds=1))
+        finally:
+            connection.close()
+
+    passing = threading.Thread(target=retention)
+    passing.start()
+
+    def the_pass_waits_for_the_writer():
+        (waiting,) = writer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                                    "relation = 'ledger_attempt'::regclass").fetchone()
+        return waiting
+
+    wait_for(the_pass_waits_for_the_writer, timeout=30, message="the pass to wait for the attempt table")
+    # The writer goes on to the job table, as a worker's step does: with the pass holding it while
+    # waiting for the attempts, that would close a deadlock (and one of the two would fail).
+    writer.execute("LOCK TABLE ledger_job IN ROW EXCLUSIVE MODE")
+    writer.commit()
+    writer.close()
+    passing.join(timeout=60)
+    assert [c.partition for c in outcome["result"].archived] == [f"{EVENTS}_t0"]
+    assert JobTombstone.objects.filter(job_id="a").exists() and broken() == {}
