@@ -51,6 +51,7 @@ def _events() -> int:
 
 
 def _one_size(attempts: int, *, workers: int, seconds: float, folder: Path) -> dict:
+    settings.RECKON_HISTORY_PARTITION_DAYS = 7  # weekly: a 7-day retention moves about half the 30 days out
     _empty_ledger()
     generate(attempts=attempts, queued=0, prefix=f"hist-{attempts}")
     events_before, disk_before = _events(), _disk_bytes()
