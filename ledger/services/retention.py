@@ -49,7 +49,7 @@ EVENT_KEYS = ("id", "job_pk", "job", "attempt_id", "at", "epoch", "actor_type", 
 
 
 def archive_dir() -> Path:
-    return Path(settings.RECKON_HISTORY_ARCHIVE_DIR or Path(settings.BASE_DIR) / "history-archive")
+    return Path(settings.RECKON_HISTORY_ARCHIVE_DIR)
 
 
 def retention_days(tenant: str) -> float:
