@@ -12,11 +12,11 @@ from config.processes import ChildProcess, WaitTimeout, accepting, free_port, wa
 
 # A parent that ignores SIGTERM and starts a grandchild (in its group) that ignores it too.
 STUBBORN = """
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, sys
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+child = subprocess.Popen([sys.executable, "-c", "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.pause()"])
 print("grandchild", child.pid, flush=True)
-time.sleep(600)
+signal.pause()  # until killed: an ignored SIGTERM does not wake it
 """
 
 
@@ -42,7 +42,7 @@ def test_a_child_that_ignores_sigterm_is_killed_with_its_group_after_the_grace(t
 
 
 def test_a_child_that_stops_on_sigterm_is_not_killed_and_says_how_it_ended(tmp_path):
-    program = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\nprint('up', flush=True)\ntime.sleep(600)"
+    program = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\nprint('up', flush=True)\nsignal.pause()"
     with ChildProcess([sys.executable, "-c", program], log=tmp_path / "polite.log") as child:
         wait_until(lambda: "up" in child.output(), timeout=30, what="the child to start")
         assert child.running() and child.returncode is None
