@@ -143,6 +143,15 @@ def test_the_overview_says_what_fires_and_links_the_alerts_page(channels, settin
     assert re.search(r'<a href="/alerts/">1 alert firing</a>: Unknown work older than its bound', page)
 
 
+
+def test_every_page_links_the_alerts_page_and_marks_it_current_there(client, auditor):
+    client.force_login(with_tenants(auditor))
+    nav = re.compile(r'<nav aria-label="Console">(.*?)</nav>', re.DOTALL)
+    [on_overview] = nav.findall(client.get("/").content.decode())
+    assert '<a href="/alerts/">Alerts</a>' in on_overview
+    [on_alerts] = nav.findall(client.get("/alerts/").content.decode())
+    assert '<a href="/alerts/" aria-current="page">Alerts</a>' in on_alerts
+
 def test_the_alerts_parts_of_unknown_work_are_the_queues_tabs():
     """alerts cannot import the console (a layer below it): its copy of the tabs is checked here."""
     from alerts.conditions import UNKNOWN_PARTS
