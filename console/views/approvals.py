@@ -1,6 +1,7 @@
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
@@ -49,6 +50,9 @@ def decide(request: HttpRequest, request_id: int) -> HttpResponse:
         "console/approvals.html#approval-list",
         _context(request, notice=notice, notice_for=request_id),
     )
+    # The navigation's badge counts the requests still waiting: sent again out of band.
+    response.content += render_to_string("console/_nav_approvals.html",
+                                         {"here": "approvals", "oob": True}, request).encode()
     return trigger_client_event(response, QUEUE_CHANGED)
 
 

@@ -60,6 +60,7 @@ def test_the_approver_reads_a_colleagues_comment_before_approving(live_server, b
     card.get_by_label("Note").fill("Colleague saw a rotation: rejected")
     card.get_by_role("button", name="Reject").click()
     expect(approver_page.locator("#approval-list .notice-success")).to_have_text("Replay of rot-9 rejected.")
+    expect(badge).to_have_count(0)  # the header's badge follows the decision made in place
 
 
 def test_earlier_attempts_are_folded_away(live_server, browser, log_in, operator):

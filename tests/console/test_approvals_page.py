@@ -47,6 +47,19 @@ def test_an_approver_approves_the_replay(client, approver, requested):
     assert job.status == "pending" and job.attempts.count() == 2
 
 
+
+def test_the_navigations_badge_follows_a_decision_made_in_place(client, approver, requested):
+    """The badge is in the page's header, outside the swapped list: the answer sends it again out of
+    band, now without the request just decided."""
+    client.force_login(approver)
+    badge = '<span class="badge" data-approvals-waiting>1<'
+    assert badge in client.get("/approvals/").content.decode()
+    html = client.post(f"/approvals/{requested.pk}/decide/", {"decision": "reject", "note": "no"},
+                       **htmx()).content.decode()
+    [link] = [line for line in html.splitlines() if 'id="nav-approvals"' in line]
+    assert 'hx-swap-oob="true"' in link and 'aria-current="page"' in link
+    assert "data-approvals-waiting" not in link
+
 def test_an_approver_rejects_without_js(client, approver, requested):
     client.force_login(approver)
     response = client.post(f"/approvals/{requested.pk}/decide/", {"decision": "reject", "note": "too risky"})
