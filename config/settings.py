@@ -93,7 +93,7 @@ def secret_key_problem(key: str) -> str | None:
 
 # Off unless asked for: `make run` and the tests turn it on; a deployment never has to remember to.
 DEBUG = setting("RECKON_DEBUG", False, Bool, "Development mode: debug pages, the development secret key, the embedded database and the demo. Off unless asked for; `make run` and the tests set it. Never in production.", group=CORE)
-SECRET_KEY = setting("RECKON_SECRET_KEY", "", Str, "Signs sessions and CSRF tokens. Required with debug off: at least 50 random characters (`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); published placeholders are refused.", group=CORE, example="change-me")
+SECRET_KEY = setting("RECKON_SECRET_KEY", "", Str, "Signs sessions and CSRF tokens, and keys the encryption of break-glass TOTP secrets. Required with debug off: at least 50 random characters (`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); published placeholders are refused.", group=CORE, example="change-me")
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
 elif problem := secret_key_problem(SECRET_KEY):
@@ -103,6 +103,7 @@ elif problem := secret_key_problem(SECRET_KEY):
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (For local development, set "
         "RECKON_DEBUG=true instead.)"
     )
+SECRET_KEY_FALLBACKS = setting("RECKON_SECRET_KEY_FALLBACKS", [], List, "Comma-separated earlier secret keys, kept while RECKON_SECRET_KEY is rotated: sessions signed and TOTP secrets encrypted with them are still read.", group=CORE)
 ALLOWED_HOSTS = setting("RECKON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], List, "Comma-separated host names the web server answers to. Set it to your public host name in production.", group=CORE, example="reckon.example.com")
 
 INSTALLED_APPS = [
@@ -462,6 +463,7 @@ ACCOUNT_SIGNUP_FIELDS = ["username*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
 MFA_SUPPORTED_TYPES = ["totp"]
+MFA_ADAPTER = "sso.secrets.EncryptedSecrets"  # TOTP secrets are stored encrypted under a key from SECRET_KEY
 MFA_TOTP_ISSUER = "Reckon"
 # -- end of hardening ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ no identity provider is configured."""
 import os
 
 import pytest
+from allauth.mfa.adapter import get_adapter
 from allauth.mfa.models import Authenticator
 from allauth.mfa.totp.internal.auth import (
     format_hotp_value,
@@ -12,6 +13,7 @@ from allauth.mfa.totp.internal.auth import (
     yield_hotp_counters_from_time,
 )
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from config.env import Pairs, Sets
@@ -65,3 +67,30 @@ def test_break_glass_totp_gives_the_account_an_authenticator_and_prints_its_secr
     assert validate_totp_code(secret, code)
     call_command("break_glass_totp", "breakglass")  # replaced, not added
     assert Authenticator.objects.filter(user__username="breakglass", type="totp").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_totp_secret_is_stored_encrypted_and_read_across_a_key_rotation(capsys, settings):
+    User.objects.create_user("breakglass", password="pw-breakglass-long")
+    call_command("break_glass_totp", "breakglass")
+    secret = capsys.readouterr().out.split("secret: ", 1)[1].split()[0]
+    authenticator = Authenticator.objects.get(user__username="breakglass", type="totp")
+    stored = authenticator.data["secret"]
+    assert stored.startswith("fernet:") and secret not in stored  # a copy of the database shows no secret
+    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
+    assert authenticator.wrap().validate_code(code)
+
+    old_key = settings.SECRET_KEY
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "a-rotated-key-" + "x" * 40, [old_key]
+    assert get_adapter().decrypt(stored) == secret  # rotated, with the old key kept as a fallback
+    settings.SECRET_KEY_FALLBACKS = []
+    with pytest.raises(ImproperlyConfigured, match="list the old key in SECRET_KEY_FALLBACKS"):
+        get_adapter().decrypt(stored)
+
+@pytest.mark.django_db
+def test_a_secret_stored_in_the_clear_before_encryption_is_still_read():
+    user = User.objects.create_user("breakglass", password="pw-breakglass-long")
+    secret = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"  # nosec B105  # the test's own TOTP secret
+    authenticator = Authenticator.objects.create(user=user, type="totp", data={"secret": secret})
+    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
+    assert authenticator.wrap().validate_code(code)
