@@ -11,11 +11,15 @@ load from elsewhere on the machine falls on all of them alike:
   pending record, call, mark it done; two autocommits, no fencing of the call, no history);
 - effect-ledger on PostgreSQL: `EffectExecutor.execute` (claim, call, finish; its store opens a
   connection and takes an advisory lock on the scope per transaction), a scope per process;
-- Procrastinate, a queue with no ledger: `defer_async` each job, then a worker (concurrency 1)
-  runs them until its queue is empty;
-- PgQueuer, batching as its model: `enqueue` ten at a time, then a QueueManager dequeues ten at a
-  time and acknowledges through its status-log buffer (ten at a time) until its queue is empty;
+- Procrastinate, a queue with no ledger: a producer defers one job at a time while a worker
+  (concurrency 1, woken by LISTEN/NOTIFY) runs them, in the same process;
+- PgQueuer, batching as its model: a producer enqueues ten at a time while a QueueManager
+  dequeues ten at a time and acknowledges through its status-log buffer (ten at a time);
 - `pgbench -N` at 4 clients, beside the unbatched cycle (its transactions are its "effects").
+
+The queues' figures include their enqueue (timed until every job put in the queue has run and
+been acknowledged); Reckon's ledger cycle starts from jobs enqueued beforehand, as the `cycles`
+section measures it, and its second variant puts the enqueue back in.
 
 A round's figures: effects per second, counted in the system's own tables after the round (a
 system whose effects did not all land there gives no figure: the run fails); transactions
@@ -203,33 +207,65 @@ def _effect_ledger_done(site: Site, tag: str) -> int:
 
 # --- the queues: Procrastinate and PgQueuer ------------------------------------------------------
 
-def _queue_per_process(rate_per_process: float):
-    """A queue of its own per process, and as many jobs as it runs in about `seconds`."""
-    def plan(site: Site, tag: str, processes: int, seconds: float) -> list[tuple]:
-        return [(site.dsn(site.peers_database), f"{tag}-{i}", max(QUEUE_BATCH, int(seconds * rate_per_process)))
-                for i in range(processes)]
-    return plan
+def _queue_per_process(site: Site, tag: str, processes: int, seconds: float) -> list[tuple]:
+    """A queue of its own per process (its producer and its worker in that process)."""
+    return [(site.dsn(site.peers_database), f"{tag}-{i}", seconds) for i in range(processes)]
 
 
-def _procrastinate_worker(dsn: str, queue_name: str, jobs: int, queue) -> None:
+class _Finished:
+    """Counts the jobs a worker ran, and says when it has run all that were put in its queue."""
+
+    def __init__(self):
+        self.done, self.produced, self.all_done = 0, None, asyncio.Event()
+
+    def one(self) -> None:
+        self.done += 1
+        self._check()
+
+    def produced_all(self, produced: int) -> None:
+        self.produced = produced
+        self._check()
+
+    def _check(self) -> None:
+        if self.produced is not None and self.done >= self.produced:
+            self.all_done.set()
+
+    async def wait(self, seconds: float) -> None:
+        await asyncio.wait_for(self.all_done.wait(), timeout=seconds * 20 + 60)
+
+
+def _procrastinate_worker(dsn: str, queue_name: str, seconds: float, queue) -> None:
+    """The producer defers one job at a time for `seconds` while the worker (concurrency 1, woken by
+    LISTEN/NOTIFY) runs them; timed until the worker has run every one and stopped."""
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    finished = _Finished()
 
     @app.task(name="bench_side_effect", queue=queue_name)
     async def record(n: int) -> str:
+        finished.one()
         return side_effect(n)
 
-    async def run() -> float:
+    async def run() -> tuple[int, float]:
         async with app.open_async():
             started = time.monotonic()
-            for n in range(jobs):
-                await record.defer_async(n=n)
-            await app.run_worker_async(queues=[queue_name], wait=False, concurrency=1,
-                                       install_signal_handlers=False)
-            return time.monotonic() - started
+            worker = asyncio.create_task(app.run_worker_async(queues=[queue_name], concurrency=1,
+                                                              install_signal_handlers=False))
+            produced = 0
+            while time.monotonic() - started < seconds:
+                await record.defer_async(n=produced)
+                produced += 1
+            finished.produced_all(produced)
+            await finished.wait(seconds)
+            worker.cancel()  # a graceful stop: the running job finishes and its status is written
+            try:
+                await worker
+            except asyncio.CancelledError:
+                pass
+            return produced, time.monotonic() - started
 
-    queue.put((jobs, asyncio.run(run())))
+    queue.put(asyncio.run(run()))
 
 
 def _procrastinate_done(site: Site, tag: str) -> int:
@@ -237,11 +273,15 @@ def _procrastinate_done(site: Site, tag: str) -> int:
                   "starts_with(queue_name, %s) AND status = 'succeeded'", [f"{tag}-"])
 
 
-def _pgqueuer_worker(dsn: str, entrypoint: str, jobs: int, queue) -> None:
+def _pgqueuer_worker(dsn: str, entrypoint: str, seconds: float, queue) -> None:
+    """The producer enqueues ten jobs at a time for `seconds` while a QueueManager dequeues ten at a
+    time and acknowledges through its status-log buffer; timed until it has run every one, stopped
+    and flushed its acknowledgements."""
     from pgqueuer import Queries, QueueManager
-    from pgqueuer.types import QueueExecutionMode
 
-    async def run() -> float:
+    finished = _Finished()
+
+    async def run() -> tuple[int, float]:
         async with (await psycopg.AsyncConnection.connect(dsn, autocommit=True) as producer_connection,
                     await psycopg.AsyncConnection.connect(dsn, autocommit=True) as worker_connection):
             producer = Queries.from_psycopg_connection(producer_connection)
@@ -250,15 +290,22 @@ def _pgqueuer_worker(dsn: str, entrypoint: str, jobs: int, queue) -> None:
             @manager.entrypoint(entrypoint)
             async def record(job) -> None:
                 side_effect(int(job.payload))
+                finished.one()
 
             started = time.monotonic()
-            for start in range(0, jobs, QUEUE_BATCH):
-                batch = range(start, min(start + QUEUE_BATCH, jobs))
+            worker = asyncio.create_task(manager.run(batch_size=QUEUE_BATCH))
+            produced = 0
+            while time.monotonic() - started < seconds:
+                batch = range(produced, produced + QUEUE_BATCH)
                 await producer.enqueue([entrypoint] * len(batch), [str(n).encode() for n in batch], [0] * len(batch))
-            await manager.run(batch_size=QUEUE_BATCH, mode=QueueExecutionMode.drain)
-            return time.monotonic() - started
+                produced += len(batch)
+            finished.produced_all(produced)
+            await finished.wait(seconds)
+            manager.shutdown.set()  # its buffers flush as it stops
+            await worker
+            return produced, time.monotonic() - started
 
-    queue.put((jobs, asyncio.run(run())))
+    queue.put(asyncio.run(run()))
 
 
 def _pgqueuer_done(site: Site, tag: str) -> int:
@@ -273,8 +320,8 @@ def _pgqueuer_done(site: Site, tag: str) -> int:
 PEERS = (
     System("agent-once", _peers_database, _keys_per_process, _agent_once_worker, _agent_once_done),
     System("effect-ledger", _peers_database, _keys_per_process, _effect_ledger_worker, _effect_ledger_done),
-    System("procrastinate", _peers_database, _queue_per_process(120), _procrastinate_worker, _procrastinate_done),
-    System("pgqueuer (batches of 10)", _peers_database, _queue_per_process(800), _pgqueuer_worker, _pgqueuer_done),
+    System("procrastinate", _peers_database, _queue_per_process, _procrastinate_worker, _procrastinate_done),
+    System("pgqueuer (batches of 10)", _peers_database, _queue_per_process, _pgqueuer_worker, _pgqueuer_done),
 )
 
 
