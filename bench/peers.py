@@ -37,6 +37,7 @@ here only inside the processes that run them.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import multiprocessing
 import queue as queues
 import statistics
@@ -58,6 +59,15 @@ from ledger.models import Job
 
 ACTION = "reckon.echo"
 QUEUE_BATCH = 10  # PgQueuer's batch (its default batch_size), on both sides of its queue
+
+
+PEER_MODULES = {"agent-once": "once", "effect-ledger": "effect_ledger", "procrastinate": "procrastinate",
+                "pgqueuer": "pgqueuer"}
+
+
+def missing_peers() -> list[str]:
+    """The peers not installed here (they come with the `bench` extra, which `make test` installs)."""
+    return [name for name, module in PEER_MODULES.items() if importlib.util.find_spec(module) is None]
 
 
 def side_effect(n: int) -> str:

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from bench import drain, http_cycle, mcp, peers, providers, sections
 from chaos.world import World
@@ -55,10 +55,13 @@ class Command(BaseCommand):
         seconds = seconds or (1.5 if quick else 10)
         small, queued = (2_000, 1_000) if quick else (10_000, 10_000)
         large = large or (20_000 if quick else 1_000_000)
+        run = set(SECTIONS) if only is None else {only}
+        if "peers" in run and peers.missing_peers():
+            raise CommandError(f"the peers section needs {', '.join(peers.missing_peers())}: they are the `bench` "
+                               "extra, pinned in pyproject.toml (`pip install -e '.[test,bench]'`, as make test does)")
         world = World(prefix="reckon-bench-").start()
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                   "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        run = set(SECTIONS) if only is None else {only}
         try:
             if "cycles" in run:
                 self._section("ledger cycle throughput vs pgbench -N")
