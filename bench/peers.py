@@ -449,8 +449,8 @@ def measure(site: Site, system: System, *, processes: int, seconds: float, tag: 
     done, elapsed = sum(d for d, _ in results), max(e for _, e in results)
     recorded = system.recorded(site, tag)
     if recorded == 0 or recorded != done:
-        raise EffectsNotRecorded(f"{system.name}, {processes} processes: {done} effects reported, {recorded} "
-                                 f"recorded in its database")
+        raise EffectsNotRecorded(f"{system.name} in {processes} process{'es' if processes > 1 else ''}: {done} "
+                                 f"effects reported, {recorded} recorded in its database")
     return {"effects": recorded, "effects_per_s": recorded / elapsed,
             "commits_per_effect": (commits_after - commits) / recorded, "wal_bytes_per_effect": (wal_after - wal) / recorded}
 

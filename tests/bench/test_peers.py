@@ -89,6 +89,6 @@ def test_a_peer_whose_effects_did_not_land_gives_no_figure(site):
     agent_once = next(system for system in peers.PEERS if system.name == "agent-once")
     failing = peers.System("agent-once", agent_once.database, agent_once.plan, _failing_agent_once_worker,
                            agent_once.recorded)
-    with pytest.raises(peers.EffectsNotRecorded, match=r"agent-once, 1 processes: \d+ effects reported, 0 recorded"):
+    with pytest.raises(peers.EffectsNotRecorded, match=r"agent-once in 1 process: \d+ effects reported, 0 recorded"):
         peers.measure(site, failing, processes=1, seconds=0.2, tag="tfail")
     assert landed(site, "agent-once", "tfail") == 0
