@@ -162,8 +162,10 @@ def _succeeded_jobs(site: Site, tag: str) -> int:
 
 # Reckon's ways of recording an effect, each measured beside the peers. The agent-once target is
 # judged on the fastest of them at 4 processes, the pgbench one on the first (the unbatched cycle).
-# A batched cycle is one more line here: System("reckon batched cycle", _reckon_database, <plan>,
-# <worker>, _succeeded_jobs), its worker taking (job ids, seconds, queue) like _cycle_worker.
+# A batched cycle is one more line here: System("reckon batched cycle", _reckon_database,
+# _pending_ledger_jobs, <worker>, _succeeded_jobs), its worker taking (job ids, seconds, queue) like
+# _cycle_worker and claiming those ids: only the round's own jobs (ids starting with its tag) are
+# counted, and a claim-next worker would also take the jobs earlier rounds left pending.
 RECKON_VARIANTS = (
     System("reckon ledger cycle", _reckon_database, _pending_ledger_jobs, _cycle_worker, _succeeded_jobs),
     System("reckon enqueue + ledger cycle", _reckon_database, _new_job_ids, _enqueue_and_cycle_worker,
