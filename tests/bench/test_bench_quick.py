@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def test_the_quick_benchmark_measures_every_section(tmp_path):
     report_path = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "bench", "--quick", "--json", str(report_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert [row["workers"] for row in report["cycles"]] == [1, 4]
