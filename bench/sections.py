@@ -66,6 +66,21 @@ def in_processes(target, arguments: list[tuple], seconds: float) -> float:
 
 
 def pgbench_tps(world: World, *, clients: int, seconds: float) -> float:
+    return pgbench_run(world, clients=clients, seconds=seconds)[0]
+
+
+def pgbench_run(world: World, *, clients: int, seconds: float) -> tuple[float, int]:
+    """`pgbench -N` on the world's cluster (its database made once): TPS and transactions processed."""
+    base, env = pgbench_command(world)
+    done = subprocess.run(base + ["-N", "-n", "-c", str(clients), "-j", str(clients), "-T", str(max(1, int(seconds))),
+                                  "pgbench"], check=True, capture_output=True, text=True, timeout=seconds + 120,  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
+                          env=env)
+    return (float(re.search(r"tps = ([\d.]+)", done.stdout).group(1)),
+            int(re.search(r"number of transactions actually processed: (\d+)", done.stdout).group(1)))
+
+
+def pgbench_command(world: World) -> tuple[list[str], dict]:
+    """pgbench's argv up to its options, and its environment; its database initialised on first use."""
     base = [str(find_bindir() / "pgbench"), "-h", "127.0.0.1", "-p", str(world.cluster.port), "-U", "postgres"]
     env = {**os.environ, **world.cluster.client_env()}
     if not getattr(world, "_pgbench_ready", False):
@@ -75,10 +90,7 @@ def pgbench_tps(world: World, *, clients: int, seconds: float) -> float:
         if init.returncode != 0:
             raise RuntimeError(f"pgbench -i failed: {init.stderr.strip()[-500:]}")
         world._pgbench_ready = True
-    done = subprocess.run(base + ["-N", "-n", "-c", str(clients), "-j", str(clients), "-T", str(max(1, int(seconds))),
-                                  "pgbench"], check=True, capture_output=True, text=True, timeout=seconds + 120,  # nosec B603  # argv built here from the PostgreSQL bindir; no shell, no outside input
-                          env=env)
-    return float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))
+    return base, env
 
 
 def cycle_throughput(world: World, *, seconds: float, clients=(1, 4, 8)) -> list[dict]:

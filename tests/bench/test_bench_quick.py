@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def test_the_quick_benchmark_measures_every_section(tmp_path):
     report_path = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "bench", "--quick", "--json", str(report_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert [row["workers"] for row in report["cycles"]] == [1, 4]
@@ -65,7 +65,14 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     # MCP tool calls through the gateway and directly, 1 and 4 clients
     assert [row["clients"] for row in report["mcp"]] == [1, 4]
     assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"])
+    # Reckon beside its peers, each counted in its own tables (bench/peers.py refuses a figure otherwise)
+    assert [(row["system"], row["processes"]) for row in report["peers"]["rows"]] == [
+        (system, n) for system in ("reckon ledger cycle", "reckon enqueue + ledger cycle", "agent-once", "effect-ledger",
+                                   "procrastinate", "pgqueuer (batches of 10)") for n in (1, 4)] + [("pgbench -N", 4)]
+    for row in report["peers"]["rows"]:
+        assert row["effects"] > 0 and row["effects_per_s"] > 0 and row["commits_per_effect"] > 0, row
+        assert row["wal_bytes_per_effect"] > 0, row
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
                                       "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
-                                      "mcp_ratio_at_4"}
+                                      "mcp_ratio_at_4", "peers_agent_once_ratio_at_4", "peers_pgbench_ratio_at_4"}

@@ -5,9 +5,9 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from bench import drain, http_cycle, mcp, providers, sections
+from bench import drain, http_cycle, mcp, peers, providers, sections
 from chaos.world import World
 
 TARGETS = {
@@ -23,16 +23,21 @@ TARGETS = {
     "rate_limit_share_429": 0.01,
     "mcp_added_p50_ms_at_1": 5.0,
     "mcp_ratio_at_4": 0.5,
+    # bench/peers.py, in one run: Reckon's fastest cycle against agent-once on PostgreSQL, and the
+    # unbatched ledger cycle against `pgbench -N`, both at 4 processes, in alternating rounds.
+    "peers_agent_once_ratio_at_4": 1.0,
+    "peers_pgbench_ratio_at_4": 0.3,
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp")
+SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers")
 
 
 class Command(BaseCommand):
     help = ("Measure Reckon side by side in one run on a scratch PostgreSQL: ledger cycles vs pgbench -N, "
             "the same cycle over HTTP vs in-process, end-to-end overhead, reconciliation vs raw lookups, "
-            "the console and selection queries at 10k and 1M attempts, worker memory. Prints a table; "
+            "the console and selection queries at 10k and 1M attempts, worker memory, Reckon beside its peers "
+            "per recorded side effect. Prints a table; "
             "--json writes the figures.")
     requires_system_checks = []
     requires_migrations_checks = False
@@ -50,10 +55,13 @@ class Command(BaseCommand):
         seconds = seconds or (1.5 if quick else 10)
         small, queued = (2_000, 1_000) if quick else (10_000, 10_000)
         large = large or (20_000 if quick else 1_000_000)
+        run = set(SECTIONS) if only is None else {only}
+        if "peers" in run and peers.missing_peers():
+            raise CommandError(f"the peers section needs {', '.join(peers.missing_peers())}: they are the `bench` "
+                               "extra, pinned in pyproject.toml (`pip install -e '.[test,bench]'`, as make test does)")
         world = World(prefix="reckon-bench-").start()
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                   "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        run = set(SECTIONS) if only is None else {only}
         try:
             if "cycles" in run:
                 self._section("ledger cycle throughput vs pgbench -N")
@@ -96,6 +104,15 @@ class Command(BaseCommand):
                 self._section("MCP tool calls through the gateway (journaled) vs the same upstream directly")
                 report["mcp"] = mcp.mcp_calls(world, seconds=seconds)
                 self._rows(report["mcp"])
+            if "peers" in run:
+                self._section("per recorded side effect: Reckon beside agent-once, effect-ledger, Procrastinate, "
+                              "PgQueuer and pgbench -N, alternating rounds")
+                world.cluster.create_database("peers")
+                report["peers"] = peers.peers(peers.Site(peers_database="peers", world=world), seconds=seconds,
+                                              rounds=2 if quick else 3)
+                self._rows(report["peers"]["rows"])
+                for name, ratio in report["peers"]["ratios"].items():
+                    self.stdout.write(f"  {name}: {ratio['ratio']} ({ratio['reckon']})")
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -166,6 +183,9 @@ class Command(BaseCommand):
         if "mcp" in report:
             measured["mcp_added_p50_ms_at_1"] = next(r for r in report["mcp"] if r["clients"] == 1)["added_p50_ms"]
             measured["mcp_ratio_at_4"] = next(r for r in report["mcp"] if r["clients"] == 4)["ratio"]
+        if "peers" in report:
+            measured["peers_agent_once_ratio_at_4"] = report["peers"]["ratios"]["agent_once_at_4"]["ratio"]
+            measured["peers_pgbench_ratio_at_4"] = report["peers"]["ratios"]["pgbench_at_4"]["ratio"]
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():
