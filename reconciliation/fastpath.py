@@ -54,6 +54,9 @@ FINDING_COLUMNS = (
 
 SUPERSEDED, DECLINED = "superseded", "declined"
 
+# Off: every finding takes the Python path (the bench measures both in one run; bench/drain.py).
+ENABLED = True
+
 
 @dataclass(frozen=True)
 class ApplyFunction:
@@ -76,31 +79,20 @@ class ApplyFunction:
         return f"DROP FUNCTION IF EXISTS {self.name}(jsonb)"
 
 
-def _event(kind, *, attempt: str, before: str, after: str, note: str, evidence: str) -> str:
-    """The event row; the reckon_hash_chain trigger fills in its hashes."""
-    return (
-        "INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, \"before\", \"after\", "  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
-        f"note, evidence, prev_hash, hash) VALUES (j.id, {attempt}, f.actor_type, "
-        f"left(f.actor, {_max_length(LedgerEvent, 'actor')}), {_sql(kind)}, {before}, {after}, "
-        f"{note}, {evidence}, '', '');"
-    )
-
-
-def _new_attempt_sql() -> str:
-    """INSERT of the replay's attempt, with the model's defaults as `Attempt(job=, number=)` has them
-    (the columns with a database default are left to it, as the Python path's insert does)."""
+def _new_attempt_columns() -> tuple[list[str], list[str]]:
+    """The replay's attempt's columns and values beyond job and number: the model's defaults, as
+    `Attempt(job=, number=)` has them (columns with a database default are left to it, as the
+    Python path's insert leaves them)."""
     fresh = Attempt(number=1)
-    columns, values = ["job_id", "number"], ["j.id", "prev_number + 1"]
+    columns, values = [], []
     for field in Attempt._meta.concrete_fields:
         if field.primary_key or field.has_db_default() or field.name in ("job", "number"):
             continue
         value = getattr(fresh, field.attname)
-        if value is None:
-            continue
-        columns.append(field.column)
-        values.append(str(value) if isinstance(value, int) else _sql(value))
-    return (f"INSERT INTO ledger_attempt ({', '.join(columns)}) VALUES ({', '.join(values)}) "  # nosec B608  # generated from the model's own defaults
-            "RETURNING * INTO a;")
+        if value is not None:
+            columns.append(field.column)
+            values.append(str(value) if isinstance(value, int) else _sql(value))
+    return columns, values
 
 
 def _iso(moment: str) -> str:
@@ -110,94 +102,109 @@ def _iso(moment: str) -> str:
             f"ELSE to_char({moment} AT TIME ZONE 'UTC', '.US') END || '+00:00'")
 
 
+# What the first statement decides for each finding (with the finding), kept in a jsonb variable
+# for the next statements.
+VERDICT_COLUMNS = (*FINDING_COLUMNS, ("position", "bigint"), ("verdict", "text"), ("job_pk", "bigint"),
+                   ("number", "integer"), ("before", "jsonb"), ("idempotency_key", "text"))
+
+
 def apply_function() -> ApplyFunction:
+    """Set-based: one statement per kind of write for the whole batch (as `Batch.flush` writes),
+    in the order the constraints need (the old attempt closed before the replay's opens)."""
     waiting, unknown = _sql(JobStatus.NEEDS_RECONCILIATION), _sql(Execution.UNKNOWN)
     succeeded, pending = _sql(JobStatus.SUCCEEDED), _sql(JobStatus.PENDING)
+    confirmed, not_found = _sql(CheckOutcome.CONFIRMED), _sql(CheckOutcome.NOT_FOUND)
+    unavailable = _sql(CheckOutcome.UNAVAILABLE)
     columns = ", ".join(f"{name} {kind}" for name, kind in FINDING_COLUMNS)
     names = ", ".join(name for name, _ in FINDING_COLUMNS)
-    check = (
-        "INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, "  # nosec B608  # generated, no input
-        f"evidence, error, duration_ms) VALUES (j.id, f.attempt, left(f.reconciler, "
-        f"{_max_length(ReconciliationCheck, 'reconciler')}), left(f.asked, {_max_length(ReconciliationCheck, 'asked')}), "
-        "f.outcome, f.check_evidence, f.error, f.duration_ms);"
-    )
-    after_now = snapshot_sql("j.status")
-    confirmed = _event(EventKind.RECONCILED_CONFIRMED, attempt="a.id", before="before",
-                       after=snapshot_sql(succeeded), note="f.note", evidence="f.evidence")
-    not_found = _event(EventKind.RECONCILED_NOT_FOUND, attempt="a.id", before="before",
-                       after=after_now, note="f.note", evidence="f.evidence")
-    opened = _event(EventKind.ATTEMPT_OPENED, attempt="a.id", before=f"jsonb_build_object('job', {waiting})",
-                    after=snapshot_sql(pending), note="f.replay_note",
-                    evidence="jsonb_build_object('idempotency_key', j.idempotency_key, 'previous_attempt', prev_number)")
-    unavailable = _event(EventKind.RECONCILIATION_UNAVAILABLE, attempt="a.id", before="before", after="before",
-                         note="f.note", evidence=f"f.evidence || jsonb_build_object('next_check_at', {_iso('next_at')})")
+    findings = (f"ROWS FROM (jsonb_to_recordset(p_findings) AS ({columns})) "
+                f"WITH ORDINALITY AS f({names}, position)")
+    verdicts = f"jsonb_to_recordset(v) AS x({', '.join(f'{name} {kind}' for name, kind in VERDICT_COLUMNS)})"
+    applied = f"x.verdict IN ({confirmed}, {not_found}, {unavailable})"
+    new_columns, new_values = _new_attempt_columns()
+    event_columns = ('job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, '
+                     'prev_hash, hash')
+    actor = f"left(x.actor, {_max_length(LedgerEvent, 'actor')})"
     body = f"""
 DECLARE
-    f record;
-    j ledger_job%ROWTYPE;
-    a ledger_attempt%ROWTYPE;
-    before jsonb;
-    next_at timestamptz;
-    prev_number integer;
+    v jsonb;
 BEGIN
     PERFORM 1 FROM ledger_job
     WHERE job_id IN (SELECT x ->> 'job' FROM jsonb_array_elements(p_findings) x) ORDER BY id FOR UPDATE;
-    FOR f IN SELECT * FROM ROWS FROM (jsonb_to_recordset(p_findings) AS ({columns}))
-             WITH ORDINALITY AS v({names}, position) ORDER BY v.position LOOP
-        r_position := f.position;
-        SELECT * INTO j FROM ledger_job WHERE job_id = f.job;
-        IF NOT FOUND THEN
-            r_applied := {_sql(DECLINED)};
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        SELECT * INTO a FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1;
-        IF a.id IS DISTINCT FROM f.attempt OR a.version <> f.version
-           OR j.status <> {waiting} OR a.execution_state <> {unknown} THEN
-            {check}
-            r_applied := {_sql(SUPERSEDED)};
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        IF j.check_count <> f.check_count OR (f.outcome = {_sql(CheckOutcome.CONFIRMED)} AND j.holder <> '') THEN
-            r_applied := {_sql(DECLINED)};
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        {check}
-        before := {snapshot_sql("j.status")};
-        IF f.outcome = {_sql(CheckOutcome.CONFIRMED)} THEN
-            UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
-                execution_state = {_sql(Execution.SUCCEEDED)}, side_effect_state = {_sql(SideEffect.CONFIRMED)},
-                result_ref = left(f.result_ref, {_max_length(Attempt, 'result_ref')})
-            WHERE id = a.id RETURNING * INTO a;
-            UPDATE ledger_job SET status = {succeeded}, next_check_at = NULL, check_count = 0,
-                recovery_pending = false, updated_at = statement_timestamp()
-            WHERE id = j.id;
-            {confirmed}
-            r_applied := {_sql(JobStatus.SUCCEEDED)};
-        ELSIF f.outcome = {_sql(CheckOutcome.NOT_FOUND)} THEN
-            UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
-                execution_state = {_sql(Execution.FAILED)},
-                side_effect_state = CASE WHEN side_effect_state = {_sql(SideEffect.AMBIGUOUS)}
-                                         THEN {_sql(SideEffect.NOT_FOUND)} ELSE {_sql(SideEffect.NOT_ATTEMPTED)} END
-            WHERE id = a.id RETURNING * INTO a;
-            {not_found}
-            prev_number := a.number;
-            {_new_attempt_sql()}
-            UPDATE ledger_job SET status = {pending}, next_check_at = NULL, check_count = 0,
-                recovery_pending = false, updated_at = statement_timestamp()
-            WHERE id = j.id;
-            {opened}
-            r_applied := 'replayed';
-        ELSE
-            next_at := clock_timestamp() + f.delay * interval '1 second';
-            UPDATE ledger_job SET check_count = f.new_count, next_check_at = next_at WHERE id = j.id;
-            {unavailable}
-            r_applied := 'backed_off';
-        END IF;
-        RETURN NEXT;
-    END LOOP;
+    -- Under the locks, in a new statement (it sees what the locks' previous holders wrote): each
+    -- finding's verdict. Stale: superseded. Not as prepare() assumed, or the job's second finding
+    -- in this batch: declined (the Python path judges it after this call, seeing what it wrote).
+    SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.position), '[]') INTO v
+    FROM (
+        SELECT f.*, j.id AS job_pk, a.number, j.idempotency_key, {snapshot_sql("j.status")} AS before,
+            CASE WHEN j.id IS NULL OR row_number() OVER (PARTITION BY f.job ORDER BY f.position) > 1
+                     THEN {_sql(DECLINED)}
+                 WHEN a.id IS DISTINCT FROM f.attempt OR a.version <> f.version
+                      OR j.status <> {waiting} OR a.execution_state <> {unknown} THEN {_sql(SUPERSEDED)}
+                 WHEN j.check_count <> f.check_count OR (f.outcome = {confirmed} AND j.holder <> '')
+                     THEN {_sql(DECLINED)}
+                 ELSE f.outcome END AS verdict
+        FROM {findings}
+        LEFT JOIN ledger_job j ON j.job_id = f.job
+        LEFT JOIN LATERAL (SELECT * FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1) a ON true
+    ) s;
+
+    INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, evidence,
+        error, duration_ms)
+    SELECT x.job_pk, x.attempt, left(x.reconciler, {_max_length(ReconciliationCheck, 'reconciler')}),
+        left(x.asked, {_max_length(ReconciliationCheck, 'asked')}), x.outcome, x.check_evidence, x.error, x.duration_ms
+    FROM {verdicts} WHERE x.verdict <> {_sql(DECLINED)} ORDER BY x.position;
+
+    UPDATE ledger_attempt a SET version = a.version + 1, updated_at = statement_timestamp(),
+        execution_state = CASE WHEN x.verdict = {confirmed} THEN {_sql(Execution.SUCCEEDED)}
+                               ELSE {_sql(Execution.FAILED)} END,
+        side_effect_state = CASE WHEN x.verdict = {confirmed} THEN {_sql(SideEffect.CONFIRMED)}
+                                 WHEN a.side_effect_state = {_sql(SideEffect.AMBIGUOUS)} THEN {_sql(SideEffect.NOT_FOUND)}
+                                 ELSE {_sql(SideEffect.NOT_ATTEMPTED)} END,
+        result_ref = CASE WHEN x.verdict = {confirmed} THEN left(x.result_ref, {_max_length(Attempt, 'result_ref')})
+                          ELSE a.result_ref END
+    FROM {verdicts} WHERE a.id = x.attempt AND x.verdict IN ({confirmed}, {not_found});
+
+    INSERT INTO ledger_attempt (job_id, number, {", ".join(new_columns)})
+    SELECT x.job_pk, x.number + 1, {", ".join(new_values)}
+    FROM {verdicts} WHERE x.verdict = {not_found} ORDER BY x.position;
+
+    UPDATE ledger_job j SET
+        status = CASE x.verdict WHEN {confirmed} THEN {succeeded} WHEN {not_found} THEN {pending} ELSE j.status END,
+        check_count = CASE WHEN x.verdict = {unavailable} THEN x.new_count ELSE 0 END,
+        next_check_at = CASE WHEN x.verdict = {unavailable} THEN clock_timestamp() + x.delay * interval '1 second' END,
+        recovery_pending = CASE WHEN x.verdict = {unavailable} THEN j.recovery_pending ELSE false END,
+        updated_at = CASE WHEN x.verdict = {unavailable} THEN j.updated_at ELSE statement_timestamp() END
+    FROM {verdicts} WHERE j.id = x.job_pk AND {applied};
+
+    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last).
+    INSERT INTO ledger_ledgerevent ({event_columns})
+    SELECT e.job_pk, e.attempt_id, e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
+    FROM (
+        SELECT x.position, 1 AS seq, x.job_pk, a.id AS attempt_id, x.actor_type, {actor} AS actor,
+            CASE x.verdict WHEN {confirmed} THEN {_sql(EventKind.RECONCILED_CONFIRMED)}
+                           WHEN {not_found} THEN {_sql(EventKind.RECONCILED_NOT_FOUND)}
+                           ELSE {_sql(EventKind.RECONCILIATION_UNAVAILABLE)} END AS kind,
+            x.before,
+            CASE x.verdict WHEN {confirmed} THEN {snapshot_sql(succeeded)}
+                           WHEN {not_found} THEN {snapshot_sql(waiting)} ELSE x.before END AS after,
+            x.note,
+            CASE WHEN x.verdict = {unavailable}
+                 THEN x.evidence || jsonb_build_object('next_check_at', {_iso("j.next_check_at")})
+                 ELSE x.evidence END AS evidence
+        FROM {verdicts} JOIN ledger_attempt a ON a.id = x.attempt JOIN ledger_job j ON j.id = x.job_pk
+        WHERE {applied}
+        UNION ALL
+        SELECT x.position, 2, x.job_pk, a.id, x.actor_type, {actor}, {_sql(EventKind.ATTEMPT_OPENED)},
+            jsonb_build_object('job', {waiting}), {snapshot_sql(pending)}, x.replay_note,
+            jsonb_build_object('idempotency_key', x.idempotency_key, 'previous_attempt', x.number)
+        FROM {verdicts} JOIN ledger_attempt a ON a.job_id = x.job_pk AND a.number = x.number + 1
+        WHERE x.verdict = {not_found}
+    ) e ORDER BY e.position, e.seq;
+
+    RETURN QUERY SELECT x.position, CASE x.verdict WHEN {confirmed} THEN {succeeded} WHEN {not_found} THEN 'replayed'
+                                                   WHEN {unavailable} THEN 'backed_off' ELSE x.verdict END
+    FROM {verdicts};
 END """  # nosec B608  # SQL generated from our own vocabulary (states.py) and models, no input
     return ApplyFunction("reckon_reconcile_apply", "p_findings jsonb",
                          "TABLE(r_position bigint, r_applied text)", body)
@@ -219,7 +226,7 @@ def prepare(look, by, *, backoff_seconds, jitter) -> Prepared | None:
     """The function's row for a look whose finding is one of the common outcomes, judged on the
     job and attempt as they were looked up; None: the Python path applies it."""
     finding, job, attempt = look.finding, look.job, look.attempt
-    if (finding is None or finding.outcome not in COMMON or job.status != JobStatus.NEEDS_RECONCILIATION
+    if (not ENABLED or finding is None or finding.outcome not in COMMON or job.status != JobStatus.NEEDS_RECONCILIATION
             or attempt.execution_state != Execution.UNKNOWN):
         return None
     evidence = {**finding.evidence, "reconciler": look.reconciler, "reason": finding.reason,

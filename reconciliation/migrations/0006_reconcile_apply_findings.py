@@ -9,71 +9,84 @@ APPLY = r"""
 CREATE OR REPLACE FUNCTION reckon_reconcile_apply(p_findings jsonb)
 RETURNS TABLE(r_position bigint, r_applied text) LANGUAGE plpgsql AS $$
 DECLARE
-    f record;
-    j ledger_job%ROWTYPE;
-    a ledger_attempt%ROWTYPE;
-    before jsonb;
-    next_at timestamptz;
-    prev_number integer;
+    v jsonb;
 BEGIN
     PERFORM 1 FROM ledger_job
     WHERE job_id IN (SELECT x ->> 'job' FROM jsonb_array_elements(p_findings) x) ORDER BY id FOR UPDATE;
-    FOR f IN SELECT * FROM ROWS FROM (jsonb_to_recordset(p_findings) AS (job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer))
-             WITH ORDINALITY AS v(job, attempt, version, outcome, check_count, new_count, delay, actor, actor_type, note, evidence, result_ref, replay_note, reconciler, asked, check_evidence, error, duration_ms, position) ORDER BY v.position LOOP
-        r_position := f.position;
-        SELECT * INTO j FROM ledger_job WHERE job_id = f.job;
-        IF NOT FOUND THEN
-            r_applied := 'declined';
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        SELECT * INTO a FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1;
-        IF a.id IS DISTINCT FROM f.attempt OR a.version <> f.version
-           OR j.status <> 'needs_reconciliation' OR a.execution_state <> 'unknown' THEN
-            INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, evidence, error, duration_ms) VALUES (j.id, f.attempt, left(f.reconciler, 200), left(f.asked, 500), f.outcome, f.check_evidence, f.error, f.duration_ms);
-            r_applied := 'superseded';
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        IF j.check_count <> f.check_count OR (f.outcome = 'confirmed' AND j.holder <> '') THEN
-            r_applied := 'declined';
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, evidence, error, duration_ms) VALUES (j.id, f.attempt, left(f.reconciler, 200), left(f.asked, 500), f.outcome, f.check_evidence, f.error, f.duration_ms);
-        before := jsonb_build_object('job', j.status, 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state);
-        IF f.outcome = 'confirmed' THEN
-            UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
-                execution_state = 'succeeded', side_effect_state = 'confirmed',
-                result_ref = left(f.result_ref, 500)
-            WHERE id = a.id RETURNING * INTO a;
-            UPDATE ledger_job SET status = 'succeeded', next_check_at = NULL, check_count = 0,
-                recovery_pending = false, updated_at = statement_timestamp()
-            WHERE id = j.id;
-            INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash) VALUES (j.id, a.id, f.actor_type, left(f.actor, 200), 'reconciled_confirmed', before, jsonb_build_object('job', 'succeeded', 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state), f.note, f.evidence, '', '');
-            r_applied := 'succeeded';
-        ELSIF f.outcome = 'not_found' THEN
-            UPDATE ledger_attempt SET version = version + 1, updated_at = statement_timestamp(),
-                execution_state = 'failed',
-                side_effect_state = CASE WHEN side_effect_state = 'ambiguous'
-                                         THEN 'not_found' ELSE 'not_attempted' END
-            WHERE id = a.id RETURNING * INTO a;
-            INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash) VALUES (j.id, a.id, f.actor_type, left(f.actor, 200), 'reconciled_not_found', before, jsonb_build_object('job', j.status, 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state), f.note, f.evidence, '', '');
-            prev_number := a.number;
-            INSERT INTO ledger_attempt (job_id, number, delivery_state, execution_state, side_effect_state, lease_owner, result_ref, error, version) VALUES (j.id, prev_number + 1, 'queued', 'not_started', 'not_attempted', '', '', '', 1) RETURNING * INTO a;
-            UPDATE ledger_job SET status = 'pending', next_check_at = NULL, check_count = 0,
-                recovery_pending = false, updated_at = statement_timestamp()
-            WHERE id = j.id;
-            INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash) VALUES (j.id, a.id, f.actor_type, left(f.actor, 200), 'attempt_opened', jsonb_build_object('job', 'needs_reconciliation'), jsonb_build_object('job', 'pending', 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state), f.replay_note, jsonb_build_object('idempotency_key', j.idempotency_key, 'previous_attempt', prev_number), '', '');
-            r_applied := 'replayed';
-        ELSE
-            next_at := clock_timestamp() + f.delay * interval '1 second';
-            UPDATE ledger_job SET check_count = f.new_count, next_check_at = next_at WHERE id = j.id;
-            INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash) VALUES (j.id, a.id, f.actor_type, left(f.actor, 200), 'reconciliation_unavailable', before, before, f.note, f.evidence || jsonb_build_object('next_check_at', to_char(next_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || CASE WHEN extract(microseconds FROM next_at)::bigint % 1000000 = 0 THEN '' ELSE to_char(next_at AT TIME ZONE 'UTC', '.US') END || '+00:00'), '', '');
-            r_applied := 'backed_off';
-        END IF;
-        RETURN NEXT;
-    END LOOP;
+    -- Under the locks, in a new statement (it sees what the locks' previous holders wrote): each
+    -- finding's verdict. Stale: superseded. Not as prepare() assumed, or the job's second finding
+    -- in this batch: declined (the Python path judges it after this call, seeing what it wrote).
+    SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.position), '[]') INTO v
+    FROM (
+        SELECT f.*, j.id AS job_pk, a.number, j.idempotency_key, jsonb_build_object('job', j.status, 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state) AS before,
+            CASE WHEN j.id IS NULL OR row_number() OVER (PARTITION BY f.job ORDER BY f.position) > 1
+                     THEN 'declined'
+                 WHEN a.id IS DISTINCT FROM f.attempt OR a.version <> f.version
+                      OR j.status <> 'needs_reconciliation' OR a.execution_state <> 'unknown' THEN 'superseded'
+                 WHEN j.check_count <> f.check_count OR (f.outcome = 'confirmed' AND j.holder <> '')
+                     THEN 'declined'
+                 ELSE f.outcome END AS verdict
+        FROM ROWS FROM (jsonb_to_recordset(p_findings) AS (job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer)) WITH ORDINALITY AS f(job, attempt, version, outcome, check_count, new_count, delay, actor, actor_type, note, evidence, result_ref, replay_note, reconciler, asked, check_evidence, error, duration_ms, position)
+        LEFT JOIN ledger_job j ON j.job_id = f.job
+        LEFT JOIN LATERAL (SELECT * FROM ledger_attempt WHERE job_id = j.id ORDER BY number DESC LIMIT 1) a ON true
+    ) s;
+
+    INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, evidence,
+        error, duration_ms)
+    SELECT x.job_pk, x.attempt, left(x.reconciler, 200),
+        left(x.asked, 500), x.outcome, x.check_evidence, x.error, x.duration_ms
+    FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) WHERE x.verdict <> 'declined' ORDER BY x.position;
+
+    UPDATE ledger_attempt a SET version = a.version + 1, updated_at = statement_timestamp(),
+        execution_state = CASE WHEN x.verdict = 'confirmed' THEN 'succeeded'
+                               ELSE 'failed' END,
+        side_effect_state = CASE WHEN x.verdict = 'confirmed' THEN 'confirmed'
+                                 WHEN a.side_effect_state = 'ambiguous' THEN 'not_found'
+                                 ELSE 'not_attempted' END,
+        result_ref = CASE WHEN x.verdict = 'confirmed' THEN left(x.result_ref, 500)
+                          ELSE a.result_ref END
+    FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) WHERE a.id = x.attempt AND x.verdict IN ('confirmed', 'not_found');
+
+    INSERT INTO ledger_attempt (job_id, number, delivery_state, execution_state, side_effect_state, lease_owner, result_ref, error, version)
+    SELECT x.job_pk, x.number + 1, 'queued', 'not_started', 'not_attempted', '', '', '', 1
+    FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) WHERE x.verdict = 'not_found' ORDER BY x.position;
+
+    UPDATE ledger_job j SET
+        status = CASE x.verdict WHEN 'confirmed' THEN 'succeeded' WHEN 'not_found' THEN 'pending' ELSE j.status END,
+        check_count = CASE WHEN x.verdict = 'unavailable' THEN x.new_count ELSE 0 END,
+        next_check_at = CASE WHEN x.verdict = 'unavailable' THEN clock_timestamp() + x.delay * interval '1 second' END,
+        recovery_pending = CASE WHEN x.verdict = 'unavailable' THEN j.recovery_pending ELSE false END,
+        updated_at = CASE WHEN x.verdict = 'unavailable' THEN j.updated_at ELSE statement_timestamp() END
+    FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) WHERE j.id = x.job_pk AND x.verdict IN ('confirmed', 'not_found', 'unavailable');
+
+    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last).
+    INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash)
+    SELECT e.job_pk, e.attempt_id, e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
+    FROM (
+        SELECT x.position, 1 AS seq, x.job_pk, a.id AS attempt_id, x.actor_type, left(x.actor, 200) AS actor,
+            CASE x.verdict WHEN 'confirmed' THEN 'reconciled_confirmed'
+                           WHEN 'not_found' THEN 'reconciled_not_found'
+                           ELSE 'reconciliation_unavailable' END AS kind,
+            x.before,
+            CASE x.verdict WHEN 'confirmed' THEN jsonb_build_object('job', 'succeeded', 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state)
+                           WHEN 'not_found' THEN jsonb_build_object('job', 'needs_reconciliation', 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state) ELSE x.before END AS after,
+            x.note,
+            CASE WHEN x.verdict = 'unavailable'
+                 THEN x.evidence || jsonb_build_object('next_check_at', to_char(j.next_check_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') || CASE WHEN extract(microseconds FROM j.next_check_at)::bigint % 1000000 = 0 THEN '' ELSE to_char(j.next_check_at AT TIME ZONE 'UTC', '.US') END || '+00:00')
+                 ELSE x.evidence END AS evidence
+        FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) JOIN ledger_attempt a ON a.id = x.attempt JOIN ledger_job j ON j.id = x.job_pk
+        WHERE x.verdict IN ('confirmed', 'not_found', 'unavailable')
+        UNION ALL
+        SELECT x.position, 2, x.job_pk, a.id, x.actor_type, left(x.actor, 200), 'attempt_opened',
+            jsonb_build_object('job', 'needs_reconciliation'), jsonb_build_object('job', 'pending', 'attempt', a.number, 'delivery', a.delivery_state, 'execution', a.execution_state, 'side_effect', a.side_effect_state), x.replay_note,
+            jsonb_build_object('idempotency_key', x.idempotency_key, 'previous_attempt', x.number)
+        FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) JOIN ledger_attempt a ON a.job_id = x.job_pk AND a.number = x.number + 1
+        WHERE x.verdict = 'not_found'
+    ) e ORDER BY e.position, e.seq;
+
+    RETURN QUERY SELECT x.position, CASE x.verdict WHEN 'confirmed' THEN 'succeeded' WHEN 'not_found' THEN 'replayed'
+                                                   WHEN 'unavailable' THEN 'backed_off' ELSE x.verdict END
+    FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text);
 END $$;
 """
 
