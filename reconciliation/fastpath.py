@@ -6,10 +6,11 @@ finding costs that thread its share of locking and reading the jobs, building th
 the rows; with dozens of lookups in flight, that thread became the pass's ceiling. So the three
 outcomes nearly every finding has — **confirmed**, **not found** with a replay, **unavailable**
 with a back-off — are applied by `reckon_reconcile_apply`, one call per batch, in the caller's
-transaction. For each finding, in order, it does what `applying._apply_look` and
-`reconciliation.resolution` do for that case: lock the jobs (in primary-key order, as
-`lock_jobs`), write the ReconciliationCheck, compare-and-set the attempt, update the job, open the
-replay's attempt, and insert the events (the `reckon_hash_chain` trigger links them), with the
+transaction. It does what `applying._apply_look` and `reconciliation.resolution` do for each
+case, set-based as `Batch.flush` writes (one statement per kind of write for the whole batch): it
+locks the jobs (in primary-key order, as `lock_jobs`), judges each finding under the locks, writes
+the ReconciliationChecks, closes the attempts, opens the replays' attempts, updates the jobs and
+inserts the events in the findings' order (the `reckon_hash_chain` trigger links them), with the
 same kinds, notes, evidence and before/after snapshots.
 
 What Python decides stays in Python, before the call: which findings are common (`prepare`: an
