@@ -9,9 +9,11 @@ executor, so reconciliation finds some confirmed and some absent (replayed), as 
 
 - **Cells**: for each latency and concurrency, raw lookups (the provider requests the jobs'
   reconcilers make, with the same client code, `concurrency` at a time in as many threads, no
-  ledger) for a few seconds, then `reconcile_until_idle` on the backlog for as long, then raw
-  again; the ratio is taken against the faster raw run. The backlog is topped up before each
-  cell, so every pass works against the full backlog.
+  ledger) for a few seconds, then `reconcile_until_idle` on the backlog for as long, twice: with
+  the common outcomes applied in the database (`ratio`, the one the targets judge) and with every
+  finding applied by the Python path (`python_ratio`, as before reconciliation/fastpath.py),
+  alternating which runs first; then raw again. Each ratio is taken against the faster raw run.
+  The backlog is topped up before each pass, so every pass works against the full backlog.
 - **Drains**: at each latency, the whole backlog drained by one `reconcile_until_idle` at the
   highest concurrency; its wall time, and the most database connections the benchmark's
   database had open meanwhile (sampled from `pg_stat_activity`: the pass's own, not one per
@@ -242,16 +244,21 @@ def drain(world: World, *, size: int, latencies: tuple[int, ...], concurrencies:
             sample = list(Job.objects.filter(status="needs_reconciliation").order_by("pk")[:2000])
             cpu = cpu_snapshot(world)
             raw_before, looked = raw_lookups(sample, concurrency=concurrency, seconds=seconds)
-            cpu_raw = cpu_per_job(cpu, cpu := cpu_snapshot(world), looked)
-            started = time.monotonic()
-            decisions = reconcile_until_idle(budget_s=seconds, concurrency=concurrency)
-            reconciled = len(decisions) / (time.monotonic() - started)
-            cpu_reconcile = cpu_per_job(cpu, cpu_snapshot(world), len(decisions))
+            cpu_raw = cpu_per_job(cpu, cpu_snapshot(world), looked)
+            # Applied in the database and (before it) by the Python path, alternating which goes first.
+            paths = {}
+            for in_database in (True, False) if len(cells) % 2 == 0 else (False, True):
+                _top_up(world, size=size, prefixes=prefixes)
+                paths[in_database] = _reconcile(world, seconds=seconds, concurrency=concurrency,
+                                                in_database=in_database)
             raw = max(raw_before, raw_lookups(sample, concurrency=concurrency, seconds=seconds)[0])
-            cells.append({"latency_ms": latency, "concurrency": concurrency, "jobs": len(decisions),
+            (reconciled, jobs, cpu_reconcile), (python, _, cpu_python) = paths[True], paths[False]
+            cells.append({"latency_ms": latency, "concurrency": concurrency, "jobs": jobs,
                           "reconciled_per_s": round(reconciled, 1), "raw_per_s": round(raw, 1),
-                          "ratio": round(reconciled / raw, 3),
-                          "cpu_ms_per_job_reconcile": cpu_reconcile, "cpu_ms_per_job_raw": cpu_raw})
+                          "ratio": round(reconciled / raw, 3), "python_per_s": round(python, 1),
+                          "python_ratio": round(python / raw, 3),
+                          "cpu_ms_per_job_reconcile": cpu_reconcile, "cpu_ms_per_job_python": cpu_python,
+                          "cpu_ms_per_job_raw": cpu_raw})
         _top_up(world, size=size, prefixes=prefixes)
         waiting = _waiting()
         with ConnectionSampler() as sampler:
@@ -269,6 +276,22 @@ def drain(world: World, *, size: int, latencies: tuple[int, ...], concurrencies:
         world.sandbox.set_latency(0)
     return {"size": size, "seconds": seconds, "cells": cells, "drains": drains,
             "hosts": {"latency_ms": hosts_latency, **hosts}}
+
+
+def _reconcile(world: World, *, seconds: float, concurrency: int, in_database: bool) -> tuple[float, int, dict]:
+    """`reconcile_until_idle` on the backlog for `seconds`: jobs per second, jobs, CPU ms per job.
+    `in_database` False: every finding applied by the Python path, as before the database function."""
+    from reconciliation import fastpath
+    from reconciliation.passes import reconcile_until_idle
+
+    cpu, started = cpu_snapshot(world), time.monotonic()
+    fastpath.ENABLED = in_database
+    try:
+        decisions = reconcile_until_idle(budget_s=seconds, concurrency=concurrency)
+    finally:
+        fastpath.ENABLED = True
+    rate = len(decisions) / (time.monotonic() - started)
+    return rate, len(decisions), cpu_per_job(cpu, cpu_snapshot(world), len(decisions))
 
 
 def three_hosts(world: World, *, size: int, concurrency: int, prefix: str, processes: int = 3) -> dict:

@@ -20,7 +20,7 @@ from django.db import transaction
 from ledger.models import Attempt, Job
 from ledger.services import Batch, insert_objects, latest_attempts, lock_jobs
 from ledger.states import ActorType, EventKind, Execution, JobStatus
-from reconciliation import resolution
+from reconciliation import fastpath, resolution
 from reconciliation.findings import Finding
 from reconciliation.lookups import Look
 from reconciliation.models import CheckOutcome, ReconciliationCheck
@@ -84,17 +84,42 @@ def apply_looks(looks: list[Look]) -> list[Decision]:
 
 
 def _apply_batch(looks: list[Look]) -> list[Decision]:
+    """The common outcomes by the database function (reconciliation.fastpath), one call for the
+    batch; the rest, and what it declines, through the transition layer; one transaction."""
+    prepared = [fastpath.prepare(look, look.by or RECONCILER, backoff_seconds=backoff_seconds, jitter=_jitter)
+                for look in looks]
+    fast = [(n, look, ready) for n, (look, ready) in enumerate(zip(looks, prepared, strict=True)) if ready]
+    rest = [(n, look) for n, (look, ready) in enumerate(zip(looks, prepared, strict=True)) if ready is None]
+    decisions: dict[int, Decision] = {}
     with transaction.atomic():
-        jobs = lock_jobs(look.job.job_id for look in looks)
-        attempts = latest_attempts(jobs.values())
-        batch, checks = Batch(), []
-        decisions = []
-        for look in looks:
-            job = jobs[look.job.job_id]
-            decisions.append(_apply_look(batch, job, attempts[job.pk], look, checks))
-        insert_objects(checks)
+        if fast and rest:  # every job of the batch locked at once, in primary-key order (no deadlock)
+            fastpath.lock([look.job.job_id for look in looks])
+        batch = Batch()
+        for (n, look, ready), applied in zip(fast, fastpath.apply([ready.row for _, _, ready in fast]), strict=True):
+            if applied == fastpath.DECLINED:
+                rest.append((n, look))
+            elif applied == fastpath.SUPERSEDED:
+                decisions[n] = Decision(look.job.job_id, look.finding.outcome, "superseded",
+                                        "the job changed while we looked")
+            else:
+                decisions[n] = Decision(look.job.job_id, look.finding.outcome, ready.applied, ready.note)
+                if applied == "replayed":
+                    batch.dispatch_run(look.job)
+        if rest:
+            jobs = lock_jobs(look.job.job_id for _, look in rest)
+            attempts = latest_attempts(jobs.values())
+            checks = []
+            for n, look in rest:
+                job = jobs[look.job.job_id]
+                decisions[n] = _apply_look(batch, job, attempts[job.pk], look, checks)
+            insert_objects(checks)
         batch.flush()
-    return decisions
+    return [decisions[n] for n in range(len(looks)) if n in decisions]
+
+
+def _jitter() -> float:
+    """A not-asked look's delay factor: jitter so that deferred jobs do not all come back at once."""
+    return 1 + random.uniform(0, 0.5)  # nosec B311  # jitter, not security
 
 
 def _apply_look(batch: Batch, job: Job, attempt: Attempt, look: Look, checks: list) -> Decision:
@@ -171,7 +196,7 @@ def _not_asked(batch: Batch, job: Job, attempt: Attempt, finding: Finding, evide
     """The provider was not really asked (rate limited, or its circuit is open): the look proves
     nothing and does not count towards RECKON_RECONCILE_MAX_CHECKS; ask again when it says, with
     jitter so the deferred jobs do not all come back at once."""
-    delay = finding.retry_in * (1 + random.uniform(0, 0.5))  # nosec B311  # jitter, not security
+    delay = finding.retry_in * _jitter()
     next_check_at = job.db_now + timedelta(seconds=delay)
     batch.update_job(job, next_check_at=next_check_at)
     batch.record_unchanged(

@@ -136,6 +136,7 @@ class Command(BaseCommand):
 
         self._rows([{**{k: v for k, v in cell.items() if not k.startswith("cpu")},
                      "cpu ms/job reconcile": cpu(cell["cpu_ms_per_job_reconcile"]),
+                     "python": cpu(cell["cpu_ms_per_job_python"]),
                      "raw (self/sbx/pg)": cpu(cell["cpu_ms_per_job_raw"])} for cell in drain["cells"]])
         self._rows(drain["drains"])
         self._rows([drain["hosts"]])
