@@ -15,7 +15,7 @@ every other item done. `max` 1 (the default) is today's claim and answers one Le
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Literal
 
 from django.http import HttpRequest
 from ninja import Schema
@@ -23,19 +23,19 @@ from pydantic import Field
 
 from api.http import refusal
 from api.schemas import (
+    MAX_BATCH,
     Attempt,
     FencingToken,
     JobId,
     JsonObject,
+    OptionalText,
     Reference,
     Request,
     Status,
-    Text,
-    MAX_BATCH,
     WorkerName,
 )
 from api.tokens import holder_name
-from api.views import LEASE_ERRORS, _result, _scope, answers, api, lease_json
+from api.views import LEASE_ERRORS, _result, _scope, answers, api
 from ledger import services
 
 # -- schemas --------------------------------------------------------------------------------------
@@ -53,26 +53,22 @@ class BatchBeginRequest(Request):
                                                        "job's begin); recorded on each attempt.")
 
 
-class Succeeded(LeaseItem):
-    outcome: Literal["succeeded"]
-    result_ref: Reference = Field(default="", description="The provider's reference for the effect.")
-    evidence: JsonObject = Field(default_factory=dict)
+class ResultItem(LeaseItem):
+    """One lease's result. One shape for the three outcomes (a worker sends what it has): `error`
+    and `reason` say why a failure or an unknown, as for one job; a result without it is recorded
+    saying that the worker gave none."""
+
+    outcome: Literal["succeeded", "failed", "unknown"]
+    result_ref: Reference = Field(default="", description="succeeded: the provider's reference for the effect.")
+    error: OptionalText = Field(default="", description="failed: why the provider refused.")
+    retryable: bool = Field(default=False, description="failed: queue the next attempt.")
+    reason: OptionalText = Field(default="", description="unknown: why the worker cannot tell whether the effect "
+                                                          "happened.")
+    evidence: JsonObject = Field(default_factory=dict, description="What the worker saw, kept with the event.")
 
 
-class Failed(LeaseItem):
-    outcome: Literal["failed"]
-    error: Text = Field(description="Why the provider refused.")
-    retryable: bool = Field(default=False, description="Queue the next attempt.")
-    evidence: JsonObject = Field(default_factory=dict)
-
-
-class Unknown(LeaseItem):
-    outcome: Literal["unknown"]
-    reason: Text = Field(description="Why the worker cannot tell whether the effect happened.")
-    evidence: JsonObject = Field(default_factory=dict)
-
-
-ResultItem = Annotated[Succeeded | Failed | Unknown, Field(discriminator="outcome")]
+NO_ERROR = "the worker gave no reason for the failure"
+NO_REASON = "the worker cannot tell whether the effect happened, and gave no reason"
 
 
 class BatchResultsRequest(Request):
@@ -133,8 +129,9 @@ def _outcome(request: HttpRequest, item) -> services.Outcome:
     if item.outcome == "succeeded":
         return services.Outcome.succeeded(lease, item.result_ref, item.evidence)
     if item.outcome == "failed":
-        return services.Outcome.failed(lease, item.error, retryable=item.retryable, evidence=item.evidence)
-    return services.Outcome.unknown(lease, item.reason, item.evidence)
+        return services.Outcome.failed(lease, item.error.strip() or NO_ERROR, retryable=item.retryable,
+                                       evidence=item.evidence)
+    return services.Outcome.unknown(lease, item.reason.strip() or NO_REASON, item.evidence)
 
 
 @api.post(

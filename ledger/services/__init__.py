@@ -23,6 +23,7 @@ How unknown work is resolved (by the reconciler or by a person) sits above the l
 `reconciliation.resolution`, and calls this layer.
 """
 
+from ledger.services.batches import Outcome, begin_side_effects, record_results
 from ledger.services.bulk import insert_objects
 from ledger.services.comments import CommentRefused, comment_on_job
 from ledger.services.errors import (
@@ -38,7 +39,6 @@ from ledger.services.errors import (
 from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
 from ledger.services.ownership import HeldByAnother, release_job, take_job
-from ledger.services.batches import Outcome, begin_side_effects, record_results
 from ledger.services.pulling import claim_next_job, claim_next_jobs
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
 from ledger.services.transitions import (
