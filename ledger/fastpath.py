@@ -340,7 +340,9 @@ LEASES = """
     FROM ROWS FROM (jsonb_to_recordset(%(leases)s) AS (job text, attempt bigint, owner text, token bigint,
                                                        sent_to text, result_ref text, evidence jsonb))
         WITH ORDINALITY AS l(job, attempt, owner, token, sent_to, result_ref, evidence, n)
-    JOIN ledger_job j ON j.job_id = l.job
+    -- each job by its unique index, whatever the planner guesses of the batch's size (OFFSET 0
+    -- keeps the subquery per row: never a scan of every job to hash-join a few)
+    CROSS JOIN LATERAL (SELECT id, tenant, action FROM ledger_job WHERE job_id = l.job OFFSET 0) j
     WHERE {in_scope}
     ORDER BY j.id
 """

@@ -102,7 +102,7 @@ def test_a_job_outside_the_tokens_scope_is_no_job_to_a_batch_and_is_left_untouch
     ("/api/v1/leases/begin", {"leases": []}, "leases"),
     ("/api/v1/leases/begin", {"leases": [{"job_id": "j", "owner": "w"}]}, "leases.0.fencing_token"),
     ("/api/v1/leases/results", {"results": [{"job_id": "j", "owner": "w", "fencing_token": 1, "outcome": "maybe"}]},
-     "results.0"),
+     "results.0.outcome"),
     ("/api/v1/leases/results", {"results": [{"job_id": "j", "owner": "w", "fencing_token": 1, "outcome": "failed",
                                              "error": "\u0000"}]}, "results.0.error"),
 ])
