@@ -452,7 +452,9 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
     if answer.lease is None:
         return answer.nothing()
     if body.max > 1:
-        return Status(201, leases_json(answer.leases, request.auth))
+        from api.batches import answered  # its endpoints import this module
+
+        return answered(leases_json(answer.leases, request.auth), status=201)
     return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id), request.auth))
 
 
