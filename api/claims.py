@@ -85,10 +85,11 @@ NOTHING_HEADERS = {
 
 @dataclass(frozen=True)
 class ClaimAnswer:
-    lease: services.Lease | None
+    lease: services.Lease | None  # the first (the oldest) of `leases`
     retry_after: int | None = None  # when to ask again: set when the wait could not be held, or the gate holds
     reason: str = "no_work"  # why no lease: no_work, dead_man_gate, cannot_wait, client_gone
     detail: str = ""
+    leases: tuple[services.Lease, ...] = ()  # every lease of a claim of up to N jobs
 
     def nothing(self) -> HttpResponse:
         """The 204 of a claim that got nothing, with why and (when known) when to ask again."""
@@ -103,19 +104,22 @@ class ClaimAnswer:
 
 def claim_next(
     token: WorkerToken, *, worker: str, scope: ClaimScope, wait_seconds: int, can_wait: bool,
-    client_gone: Callable[[], bool] = lambda: False,
+    client_gone: Callable[[], bool] = lambda: False, limit: int = 1,
 ) -> ClaimAnswer:
-    """Claim the oldest job in scope, waiting up to `wait_seconds` for one to arrive. A claim whose
-    client has hung up while it waited takes nothing (its lease would only run out unused)."""
+    """Claim the oldest job in scope (up to `limit` of the oldest), waiting up to `wait_seconds` for
+    one to arrive. A claim whose client has hung up while it waited takes nothing (its lease would
+    only run out unused)."""
+    taken: list[services.Lease] = []
 
     def claim() -> services.Lease | None:
-        return services.claim_next_job(worker=worker, actions=scope.actions, tenants=scope.tenants)
+        taken[:] = services.claim_next_jobs(worker=worker, limit=limit, actions=scope.actions, tenants=scope.tenants)
+        return taken[0] if taken else None
 
     poll = max(settings.RECKON_CLAIM_POLL_S, 0.1)
 
     def answer(lease: services.Lease | None, *, waited: bool) -> ClaimAnswer:
         if lease is not None:
-            return ClaimAnswer(lease)
+            return ClaimAnswer(lease, leases=tuple(taken))
         held = _held_by_the_gate(scope)
         if held:
             return ClaimAnswer(None, retry_after=_seconds(poll), reason="dead_man_gate", detail=held)

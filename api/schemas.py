@@ -144,6 +144,16 @@ WaitSeconds = Annotated[
 ]
 
 
+MAX_BATCH = 100  # jobs per batched step (api/batches.py)
+BatchSize = Annotated[
+    int,
+    Field(ge=1, le=MAX_BATCH, description=(
+        f"Claim up to this many jobs at once (1 to {MAX_BATCH}). 1, the default, answers one Lease; more "
+        'answers {"leases": [...]}, the oldest first, each with its own fencing token.')),
+    BeforeValidator(_integral),
+]
+
+
 class ClaimNextRequest(Request):
     worker: WorkerName = Field(description="Who takes the lease; unique per delivery.")
     actions: list[ActionName] | None = Field(
@@ -162,6 +172,7 @@ class ClaimNextRequest(Request):
         description="Only jobs of these tenants (within the token's scope). Omitted: every tenant the token may see.",
     )
     wait_seconds: WaitSeconds = 0
+    max: BatchSize = 1
 
 
 class LeaseRequest(Request):
@@ -274,6 +285,10 @@ class Lease(Schema):
     expires_at: datetime
     ttl_seconds: float = Field(description="The lease's length: renew well within it while a step runs.")
     job: LeasedJob
+
+
+class Leases(Schema):
+    leases: list[Lease] = Field(description="The jobs claimed (at least one), oldest first.")
 
 
 class Result(Schema):

@@ -1,7 +1,7 @@
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from api import reconciliations  # noqa: F401 - its endpoints join the API
+from api import batches, reconciliations  # noqa: F401 - their endpoints join the API
 from api.http import edge, error_response
 from api.views import api
 

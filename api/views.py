@@ -42,6 +42,7 @@ from api.schemas import (
     JobRecord,
     Lease,
     LeaseRequest,
+    Leases,
     Result,
     SuccessRequest,
     UnknownRequest,
@@ -228,6 +229,13 @@ def lease_json(lease: services.Lease, job: models.Job, viewer: WorkerToken) -> d
     }
 
 
+def leases_json(leases: list[services.Lease], viewer: WorkerToken) -> dict:
+    """The answer of a claim of up to N jobs (`max`): each lease as a claim of one answers it."""
+    missing = [lease.job_id for lease in leases if lease.job is None]  # claimed by the Python path
+    loaded = models.Job.objects.in_bulk(missing, field_name="job_id") if missing else {}
+    return {"leases": [lease_json(lease, lease.job or loaded[lease.job_id], viewer) for lease in leases]}
+
+
 def _result(job_id: str, attempt: models.Attempt, viewer: WorkerToken) -> dict:
     """The job's status after a step that returned `attempt`, its latest: where the ledger's rules
     allow one status only for a job whose latest attempt is in that state (running, succeeded:
@@ -411,7 +419,8 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
     summary="Lease the oldest claimable job in your scope, waiting up to wait_seconds for one",
     **answers(
         {
-            201: (Lease, "leased, with the next fencing token (exactly as a claim by id)"),
+            201: (Lease | Leases, "leased, with the next fencing token (exactly as a claim by id); with `max` "
+                                  "above 1, {\"leases\": [...]}: up to `max` jobs, each leased so"),
             204: (None, "nothing claimable came within the wait; `Reckon-Reason` says why (no_work; "
                         "dead_man_gate: irreversible jobs in scope are held while the sweeper or the "
                         "reconciler is not running; cannot_wait: this server could not hold the wait) and "
@@ -438,9 +447,14 @@ def claim_next_in_scope(request: HttpRequest, body: ClaimNextRequest):
         # A single-threaded server (gunicorn's sync worker) would serve nothing else while waiting.
         can_wait=bool(request.META.get("wsgi.multithread")),
         client_gone=client_gone_from(request.META),
+        limit=body.max,
     )
     if answer.lease is None:
         return answer.nothing()
+    if body.max > 1:
+        from api.batches import answered  # its endpoints import this module
+
+        return answered(leases_json(answer.leases, request.auth), status=201)
     return Status(201, lease_json(answer.lease, models.Job.objects.get(job_id=answer.lease.job_id), request.auth))
 
 

@@ -440,7 +440,7 @@ def answer(action: str, n: int) -> str:
     return f"post_{n}"
 
 
-def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> list[str]:
+def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo", tenant: str = "bench") -> list[str]:
     """`count` freshly enqueued jobs (queued attempt, one `enqueued` event), not dispatched."""
     now = timezone.now().replace(tzinfo=UTC)
     job_id, attempt_id = _next_ids("ledger_job"), _next_ids("ledger_attempt")
@@ -451,7 +451,7 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo") -> lis
     def histories():
         for n, name in enumerate(names):
             at = now + n * MICROSECOND  # distinct, in order: the queue's order is the creation order
-            job = (job_id + n, name, "bench", action, payload("mail.send", n, "bench"), "{}", f"{action}:{name}", "pending", 0,
+            job = (job_id + n, name, tenant, action, payload("mail.send", n, "bench"), "{}", f"{action}:{name}", "pending", 0,
                    None, 0, False, at, at)
             attempt = (attempt_id + n, job_id + n, 1, "queued", "not_started", "not_attempted", "", None, None,
                        None, None, "", "", 1, now, now)

@@ -5,11 +5,15 @@ Idempotency-Key and marker:
 * `--kind mail` (the default) sends the job as a mail (POST /messages). Armed like a qcluster
   worker (RECKON_FAULT_POINT=during_call, RECKON_FAULT_JOBS, RECKON_FAULT_DIR: ledger/faults.py),
   it stops itself with the request on the wire, for the harness to SIGKILL.
+* `--batch N` runs the mail worker in batches (reckon_client's batch steps: claim up to N jobs in one
+  request, begin them all in one, send each, record every result in one). Armed with
+  RECKON_FAULT_POINT=before_call it stops after the claim, before the batch's begin; with
+  after_provider_success, after every mail of the batch was accepted, before the results are recorded.
 * `--kind charge` creates a charge at the payments provider (POST /charges), which has
   Stripe-style keys and answers 409 "in progress" for ever to a key whose request was dropped.
   It classifies the provider's answers as issue 24 asks (see `create_charge`).
 
-    python -m chaos.external_worker --url URL --token rk_... --provider SANDBOX_URL --action NAME [--kind charge]
+    python -m chaos.external_worker --url URL --token rk_... --provider SANDBOX_URL --action NAME [--kind charge] [--batch N]
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
-from reckon_client import Client, Lease, ReckonError, ReckonUnavailable, post_effect
+from reckon_client import (
+    Client,
+    Lease,
+    Outcome,
+    ReckonError,
+    ReckonUnavailable,
+    Verdict,
+    classify_error,
+    classify_status,
+    post_effect,
+)
 
 from ledger.faults import fault_point  # no Django: the fault points are plain Python
 
@@ -115,6 +129,53 @@ def create_charge(lease: Lease, provider_url: str, timeout: float) -> str:
     return f"failed ({status})"
 
 
+def mail_outcome(lease: Lease, mail_url: str, timeout: float) -> Outcome:
+    """Send the lease's mail (the job's key as Idempotency-Key and marker) and say what the answer
+    proves, for a batch to record with the others: the same verdicts as post_effect."""
+    p = lease.payload
+    body = json.dumps({"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")})
+    parts = urlsplit(mail_url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    key = lease.idempotency_key
+    sent = False
+    try:
+        connection.connect()
+        connection.request("POST", "/messages", body=body, headers={
+            "Content-Type": "application/json", "Idempotency-Key": key, "X-Reckon-Marker": key})
+        sent = True
+        response = connection.getresponse()
+        answer = json.loads(response.read() or b"{}")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if classify_error(exc, request_sent=sent) is Verdict.RETRYABLE:
+            return Outcome.failed(f"the mail provider unreachable: {exc}", retryable=True, evidence={"sent": False})
+        return Outcome.unknown(f"no answer from the mail provider after sending: {type(exc).__name__}: {exc}")
+    finally:
+        connection.close()
+    verdict = classify_status(response.status)
+    if verdict is Verdict.SUCCEEDED and answer.get("message_id"):
+        return Outcome.succeeded(str(answer["message_id"]), evidence={"status": response.status})
+    if verdict in (Verdict.RETRYABLE, Verdict.FAILED):
+        return Outcome.failed(f"{response.status} from the mail provider: {answer}"[:2000],
+                              retryable=verdict is Verdict.RETRYABLE)
+    return Outcome.unknown(f"{response.status} from the mail provider: {answer}"[:2000])
+
+
+def run_batch(client: Client, args) -> None:
+    """One batch: claim up to N, begin them all, send each, record every result; the fault points
+    between the steps (claimed, not begun; sent, not recorded) fire for the batch's first job."""
+    leases = client.next_leases(args.worker, max=args.batch, actions=[args.action], wait_seconds=5)
+    if not leases:
+        return
+    fault_point("before_call", leases[0].job_id)
+    begun = client.begin_all(leases)
+    outcomes = [(lease, mail_outcome(lease, args.provider, args.timeout)) for lease in begun]
+    if begun:
+        fault_point("after_provider_success", begun[0].job_id)
+    client.record_all(outcomes)
+    for lease in leases:
+        print(f"{lease.job_id}: {lease.outcome}{' (' + lease.refused + ')' if lease.refused else ''}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
@@ -124,10 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--action", required=True)
     parser.add_argument("--worker", default=f"chaos-external:{os.getpid()}")
     parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--batch", type=int, default=0, help="run mail jobs in batches of up to N")
     args = parser.parse_args(argv)
     client, pause = Client(args.url, args.token), threading.Event()
     while True:
         try:
+            if args.batch:
+                run_batch(client, args)
+                continue
             lease = client.next_lease(args.worker, actions=[args.action], wait_seconds=5)
             if lease is None:
                 continue

@@ -267,6 +267,57 @@ class ExternalWorkerKilled(Scenario):
         return [job_id, *others]
 
 
+class BatchedWorkerKilled(Scenario):
+    """A batched worker over HTTP (N jobs per claim, begin and results request) SIGKILLed between
+    the claim and the batch's begin, and another between the begin (every mail sent) and the results."""
+
+    name = "batched_worker_killed"
+    summary = ("a batched HTTP worker SIGKILLed after its claim (before begin) and after its sends (before "
+               "the results) -> reclaimed / unknown and reconciled, one effect per job")
+    batch = 4
+
+    def setup(self, world):
+        from api.tokens import worker_token_create
+
+        self.url = world.web(f"{self.name}-web")
+        self.token = worker_token_create(name=self.name, tenants=["chaos"], actions=[EXTERNAL_ACTION]).token
+
+    def _killed_at(self, world, point: str, prefix: str) -> list[str]:
+        """A batch of jobs, taken by an armed batched worker that is SIGKILLed at `point`."""
+        job_ids = [_enqueue(f"{prefix}-{n}", EXTERNAL_ACTION) for n in range(self.batch)]
+        armed = world.external_worker(f"{prefix}-armed", url=self.url, token=self.token, fault_point=point,
+                                      jobs=f"{prefix}-*", batch=self.batch)
+        try:
+            kill(world.wait_for_fault(job_ids[0], point))
+        finally:
+            armed.stop()
+        return job_ids
+
+    def run(self, world, result):
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        claimed = self._killed_at(world, "before_call", f"{prefix}-claimed")
+        sent = self._killed_at(world, "after_provider_success", f"{prefix}-sent")
+        others = [_enqueue(f"{prefix}-more-{n}", EXTERNAL_ACTION) for n in range(self.batch + 1)]
+        survivor = world.external_worker(f"{prefix}-survivor", url=self.url, token=self.token, batch=self.batch)
+        try:
+            result.recover_seconds = recover([*claimed, *sent, *others], timeout=self.recover_timeout)
+        finally:
+            survivor.stop()
+        for job_id in (*claimed, *sent, *others):
+            _expect(result, _status(job_id) == JobStatus.SUCCEEDED, f"{job_id} ended {_status(job_id)}, not succeeded")
+        for job_id in claimed:  # nothing was begun: the lease ran out, the next attempt sent it once
+            kinds = list(Job.objects.get(job_id=job_id).events.values_list("kind", flat=True))
+            _expect(result, "lease_expired_reclaimed" in kinds and "observation_lost" not in kinds,
+                    f"{job_id} was not reclaimed unbegun: {kinds}")
+        for job_id in sent:  # begun and sent, never recorded: unknown, then confirmed by its marker
+            job = Job.objects.get(job_id=job_id)
+            _expect(result, job.attempts.count() == 1, f"{job_id} used {job.attempts.count()} attempts, expected 1")
+            _expect(result, job.events.filter(kind="lease_expired_unknown").exists(),
+                    f"{job_id} did not go through unknown: {list(job.events.values_list('kind', flat=True))}")
+        result.figures = {"killed_after_claim": len(claimed), "killed_after_send": len(sent)}
+        return [*claimed, *sent, *others]
+
+
 def _pg(world: World, tool: str, *args: str) -> None:
     from config.localdb import find_bindir
 
@@ -440,7 +491,7 @@ def _finished(job_ids: list[str]) -> bool:
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
     SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
-    WebhookReconcilerDown(), ProviderInProgress409(),
+    BatchedWorkerKilled(), WebhookReconcilerDown(), ProviderInProgress409(),
 )}
 
 

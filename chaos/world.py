@@ -144,13 +144,14 @@ class World:
         return worker
 
     def external_worker(self, name: str, *, url: str, token: str, fault_point: str | None = None,
-                        jobs: str = "", action: str = EXTERNAL_ACTION, kind: str = "mail") -> Worker:
+                        jobs: str = "", action: str = EXTERNAL_ACTION, kind: str = "mail", batch: int = 0) -> Worker:
         """A worker outside Reckon: it pulls `action`'s jobs over HTTP and sends them to the sandbox as
         mail or as charges (chaos/external_worker.py)."""
         env = {"RECKON_FAULT_POINT": fault_point, "RECKON_FAULT_JOBS": jobs} if fault_point else {}
         worker = Worker(self, name, env, [
             sys.executable, "-m", "chaos.external_worker", "--url", url, "--token", token,
-            "--provider", self.sandbox.url, "--kind", kind, "--action", action, "--worker", name])
+            "--provider", self.sandbox.url, "--kind", kind, "--action", action, "--worker", name,
+            *(["--batch", str(batch)] if batch else [])])
         self.workers.append(worker)
         return worker
 

@@ -309,6 +309,60 @@ WHERE j.job_id = %(job)s AND {IN_SCOPE}
 }
 
 
+# -- the same steps for N jobs: one statement each, the same functions per job ------------------------
+#
+# A batch is the same door with N jobs: each statement calls the step's function once per job, in
+# job-id order (the order every batch locks jobs in), and returns a row for each job the function
+# took, numbered by its place in the batch; a job it declined changes nothing and has no row, and
+# the caller takes that job alone through the one-job step (ledger.services.batches).
+
+# The oldest pending jobs in scope, locked with SKIP LOCKED (concurrent batches never pick the same
+# job and never wait for each other), each claimed by reckon_claim. A row with no lease is a job the
+# function left to the Python path. As its own transaction the claims commit without waiting for
+# the WAL flush (see _claim): the batch's begin makes them durable before any effect is sent.
+CLAIM_NEXT = f"""
+SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
+       {", ".join(f"c.{column}" for column in LEASE_COLUMNS)}
+FROM (
+    SELECT {", ".join(JOB_FIELDS)}, id FROM ledger_job j
+    WHERE status = {_sql(JobStatus.PENDING)} AND NOT recovery_pending AND gated_at IS NULL AND {IN_SCOPE}
+    ORDER BY created_at, id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) j
+LEFT JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, %(own)s) c ON true
+ORDER BY j.created_at, j.id
+"""  # nosec B608  # column and table names from the models; every value is a bound parameter
+
+# The leases of a batch, as one JSON array: {job, attempt (null: the one leased with token), owner,
+# token, ...}; `n` is each one's place in it.
+LEASES = """
+    SELECT l.n, j.id AS jid, l.job, l.attempt, l.owner, l.token, l.sent_to, l.result_ref, l.evidence
+    FROM ROWS FROM (jsonb_to_recordset(%(leases)s) AS (job text, attempt bigint, owner text, token bigint,
+                                                       sent_to text, result_ref text, evidence jsonb))
+        WITH ORDINALITY AS l(job, attempt, owner, token, sent_to, result_ref, evidence, n)
+    -- each job by its unique index, whatever the planner guesses of the batch's size (OFFSET 0
+    -- keeps the subquery per row: never a scan of every job to hash-join a few)
+    CROSS JOIN LATERAL (SELECT id, tenant, action FROM ledger_job WHERE job_id = l.job OFFSET 0) j
+    WHERE {in_scope}
+    ORDER BY j.id
+"""
+LEASED_ATTEMPT = ("coalesce(l.attempt, (SELECT id FROM ledger_attempt "
+                  "WHERE job_id = l.jid AND lease_token = l.token))")
+
+BATCH_STATEMENTS = {
+    "claim_next": CLAIM_NEXT,
+    "begin": f"""
+SELECT l.n, {ATTEMPT_SELECT} FROM ({LEASES.format(in_scope=IN_SCOPE)}) l
+CROSS JOIN LATERAL reckon_begin(l.job, {LEASED_ATTEMPT}, l.owner, l.token, %(ttls)s, l.sent_to) a
+""",  # nosec B608  # as above
+    "succeed": f"""
+SELECT l.n, {ATTEMPT_SELECT} FROM ({LEASES.format(in_scope=IN_SCOPE)}) l
+CROSS JOIN LATERAL reckon_succeed(l.job, {LEASED_ATTEMPT}, l.owner, l.token, l.result_ref,
+                                  coalesce(l.evidence, '{{}}'::jsonb)) a
+""",  # nosec B608  # as above
+}
+
+
 @dataclass(frozen=True)
 class Scope:
     """Tenants and actions a caller may act for; None: all."""
@@ -367,6 +421,43 @@ def succeed(*, job_id: str, attempt_id: int | None, owner: str, token: int, resu
     return _attempt(run_step("succeed", {"job": job_id, "attempt": attempt_id, "owner": owner, "token": token,
                                          "result_ref": result_ref, "evidence": Jsonb(evidence or {}),
                                          **scope.params()}))
+
+
+def claim_next(*, worker: str, limit: int, scope: Scope) -> tuple[list[tuple[Job, tuple]], list[str]]:
+    """Up to `limit` of the oldest pending jobs in scope, each claimed by reckon_claim in one
+    statement: the claimed (the job and the lease's columns, oldest first) and the ids of the jobs
+    the function declined (locked by the statement, unchanged: the Python path decides)."""
+    rows = run_batch_step("claim_next", {"worker": worker, "limit": limit, "ttls": ungated_actions(),
+                                         "own": not connection.in_atomic_block, **scope.params()})
+    claimed = [_claimed(row) for row in rows if row[len(JOB_FIELDS) + 1] is not None]
+    return claimed, [row[0] for row in rows if row[len(JOB_FIELDS) + 1] is None]
+
+
+def begin_many(*, leases: list[dict], scope: Scope = EVERYTHING) -> dict[int, Attempt]:
+    """reckon_begin for each of `leases` ({job, attempt, owner, token, sent_to}), in one statement:
+    the begun attempts by their place in `leases`."""
+    return _attempts_by_place(run_batch_step("begin", {"leases": Jsonb(leases), "ttls": ungated_actions(),
+                                                       **scope.params()}))
+
+
+def succeed_many(*, leases: list[dict], scope: Scope = EVERYTHING) -> dict[int, Attempt]:
+    """reckon_succeed for each of `leases` ({job, attempt, owner, token, result_ref, evidence}), in
+    one statement: the succeeded attempts by their place in `leases`."""
+    return _attempts_by_place(run_batch_step("succeed", {"leases": Jsonb(leases), **scope.params()}))
+
+
+def _attempts_by_place(rows: list[tuple]) -> dict[int, Attempt]:
+    return {row[0] - 1: _attempt(row[1:]) for row in rows}
+
+
+def run_batch_step(step: str, params: dict) -> list[tuple]:
+    """A step's statement for N jobs (BATCH_STATEMENTS), the one way to its database function for a
+    batch: every row it returns (tests watch this function, as run_step)."""
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
+        cursor.execute(BATCH_STATEMENTS[step], params)
+        return cursor.fetchall()
 
 
 def run_step(step: str, params: dict) -> tuple | None:

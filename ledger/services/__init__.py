@@ -23,6 +23,7 @@ How unknown work is resolved (by the reconciler or by a person) sits above the l
 `reconciliation.resolution`, and calls this layer.
 """
 
+from ledger.services.batches import Outcome, begin_side_effects, record_results
 from ledger.services.bulk import insert_objects
 from ledger.services.comments import CommentRefused, comment_on_job
 from ledger.services.errors import (
@@ -38,7 +39,7 @@ from ledger.services.errors import (
 from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
 from ledger.services.ownership import HeldByAnother, release_job, take_job
-from ledger.services.pulling import claim_next_job
+from ledger.services.pulling import claim_next_job, claim_next_jobs
 from ledger.services.sweeper import SweepResult, sweep_expired_leases
 from ledger.services.transitions import (
     Batch,
@@ -79,13 +80,16 @@ __all__ = [
     "Lease",
     "LedgerError",
     "NotInScope",
+    "Outcome",
     "StaleLease",
     "SweepResult",
     "begin_side_effect",
+    "begin_side_effects",
     "claim_and_begin",
     "claim_for_reconciliation",
     "claim_job",
     "claim_next_job",
+    "claim_next_jobs",
     "comment_on_job",
     "complete_pass",
     "enqueue_job",
@@ -98,6 +102,7 @@ __all__ = [
     "lock_job",
     "lock_jobs",
     "record_failure",
+    "record_results",
     "record_refusal",
     "record_success",
     "record_unknown",

@@ -59,6 +59,11 @@ field_names = st.sampled_from(
         "actions",
         "tenants",
         "wait_seconds",
+        "max",
+        "leases",
+        "results",
+        "outcome",
+        "sent_to",
     ]
 )
 bodies = st.one_of(
@@ -73,6 +78,8 @@ paths = st.one_of(
     ),
     st.just("/api/v1/jobs"),
     st.just("/api/v1/claims"),
+    st.just("/api/v1/leases/begin"),
+    st.just("/api/v1/leases/results"),
     st.text(max_size=40).map(lambda t: "/api/v1/" + quote(t, safe="/")),
 )
 

@@ -27,6 +27,11 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert [row["workers"] for row in report["http"]] == [1, 4]
     for row in report["http"]:  # over HTTP (gunicorn as runstack runs it) and in-process, by id and claim-next
         assert min(row["in_process_per_s"], row["http_per_s"], row["in_process_next_per_s"], row["http_next_per_s"]) > 0
+    # Batched steps (N = 1, 10, 50) in-process and over HTTP, 1 and 4 processes, with what each costs.
+    assert [(r["way"], r["processes"], r["batch"]) for r in report["batch"]] == [
+        (way, p, n) for p in (1, 4) for n in (1, 10, 50) for way in ("in_process", "http")]
+    for row in report["batch"]:
+        assert row["effects_per_s"] > 0 and row["commits_per_effect"] > 0 and row["wal_bytes_per_effect"] > 0, row
     e2e = report["end_to_end"]
     assert e2e["bare_jobs_per_s"] > 0 and e2e["ledger_jobs_per_s"] > 0 and e2e["worker_rss_mb_end"] > 0
     assert report["reconciliation"]["decisions"] == report["reconciliation"]["jobs"]
@@ -68,7 +73,8 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"])
     # Reckon beside its peers, each counted in its own tables (bench/peers.py refuses a figure otherwise)
     assert [(row["system"], row["processes"]) for row in report["peers"]["rows"]] == [
-        (system, n) for system in ("reckon ledger cycle", "reckon enqueue + ledger cycle", "agent-once", "effect-ledger",
+        (system, n) for system in ("reckon ledger cycle", "reckon enqueue + ledger cycle", "reckon batched cycle (50)",
+                                   "agent-once", "effect-ledger",
                                    "procrastinate", "pgqueuer (batches of 10)") for n in (1, 4)] + [("pgbench -N", 4)]
     for row in report["peers"]["rows"]:
         assert row["effects"] > 0 and row["effects_per_s"] > 0 and row["commits_per_effect"] > 0, row
@@ -76,4 +82,5 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
                                       "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
-                                      "mcp_ratio_at_4", "peers_agent_once_ratio_at_4", "peers_pgbench_ratio_at_4"}
+                                      "mcp_ratio_at_4", "batch_http_ratio_at_4", "peers_agent_once_ratio_at_4",
+                                      "peers_pgbench_ratio_at_4"}

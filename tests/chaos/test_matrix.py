@@ -36,3 +36,7 @@ def test_every_scenario_recovers_with_no_duplicate_no_loss_and_no_stale_write(tm
     assert seen["kills"] > 0 and seen["in_progress_409"] > 0, seen
     assert seen["unknown"] >= seen["in_progress_409"] and seen["settled"] == seen["unknown"], seen
     assert seen["duplicates"] == 0 and seen["succeeded"] + seen["failed"] == seen["jobs"], seen
+    # The batched worker was killed with a whole batch claimed (before its begin) and with a whole batch
+    # sent (before its results): each of those jobs ended with one effect (checked above for every job).
+    batched = summary["batched_worker_killed"]["figures"]
+    assert batched["killed_after_claim"] == batched["killed_after_send"] == 3 * 4, batched

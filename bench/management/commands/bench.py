@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import drain, http_cycle, mcp, peers, providers, sections
+from bench import batch, drain, http_cycle, mcp, peers, providers, sections
 from chaos.world import World
 
 TARGETS = {
@@ -23,6 +23,7 @@ TARGETS = {
     "rate_limit_share_429": 0.01,
     "mcp_added_p50_ms_at_1": 5.0,
     "mcp_ratio_at_4": 0.5,
+    "batch_http_ratio_at_4": 0.6,
     # bench/peers.py, in one run: Reckon's fastest cycle against agent-once on PostgreSQL, and the
     # unbatched ledger cycle against `pgbench -N`, both at 4 processes, in alternating rounds.
     "peers_agent_once_ratio_at_4": 1.0,
@@ -30,7 +31,7 @@ TARGETS = {
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers")
+SECTIONS = ("cycles", "http", "batch", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers")
 
 
 class Command(BaseCommand):
@@ -77,6 +78,11 @@ class Command(BaseCommand):
                 self._section("the worker cycle over HTTP (reckon_client, gunicorn as runstack runs it) vs in-process")
                 report["http"] = http_cycle.http_cycles(world, seconds=seconds, clients=(1, 4))
                 self._rows(report["http"])
+            if "batch" in run:
+                self._section("batched steps (N jobs per claim, begin and results) vs unbatched, in-process and "
+                              "over HTTP: effects/s, commits, WAL flushes and WAL bytes per effect")
+                report["batch"] = batch.batched_cycles(world, seconds=seconds)
+                self._rows(report["batch"])
             if "end_to_end" in run:
                 self._section("end-to-end: real django-q2 workers calling the sandbox")
                 report["end_to_end"] = sections.end_to_end(world, jobs=40 if quick else 400)
@@ -164,6 +170,9 @@ class Command(BaseCommand):
             measured["cycle_ratio_at_4"] = next(r for r in report["cycles"] if r["workers"] == 4)["ratio"]
         if "http" in report:
             measured["http_ratio_at_4"] = next(r for r in report["http"] if r["workers"] == 4)["ratio"]
+        if "batch" in report:  # the batched cycle over HTTP vs the same in-process, 4 processes, every N > 1
+            measured["batch_http_ratio_at_4"] = min(r["http_vs_in_process"] for r in report["batch"]
+                                                    if r["processes"] == 4 and r["batch"] > 1)
         if "end_to_end" in report:
             measured["e2e_ratio"] = report["end_to_end"]["ratio"]
         if "reconciliation" in report:

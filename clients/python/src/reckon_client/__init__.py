@@ -31,7 +31,7 @@ has begun (the call may have happened), a retryable failure before that. An answ
 Reckon's API (a redirect, HTML) raises UnexpectedAnswer: nothing succeeds by accident.
 """
 
-from reckon_client.client import Client, Deferred, Lease, NothingClaimed
+from reckon_client.client import BatchReport, Client, Deferred, Lease, NothingClaimed, Outcome
 from reckon_client.errors import AlreadySucceeded, HeldUnknown, ReckonError, UnexpectedAnswer
 from reckon_client.providers import Verdict, classify_error, classify_status, post_effect
 from reckon_client.reconciliations import Finding, Reconciliation
@@ -49,12 +49,14 @@ from reckon_client.webhooks import (
 __all__ = [
     "WEBHOOK_SIGNATURE_HEADER",
     "AlreadySucceeded",
+    "BatchReport",
     "Client",
     "Deferred",
     "Finding",
     "HeldUnknown",
     "Lease",
     "NothingClaimed",
+    "Outcome",
     "QuestionLog",
     "Reconciliation",
     "ReckonError",

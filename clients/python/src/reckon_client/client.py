@@ -7,7 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
@@ -147,7 +147,24 @@ class Client:
         (Retry-After), and this method asks again until `wait_seconds` have passed. An empty
         answer that comes early without saying when is followed by a pause (0.25 s, doubling to
         5 s), so a call waits about `wait_seconds` with a handful of requests, never a busy loop."""
-        body: dict[str, Any] = {"worker": worker}
+        reply = self._claim_next(worker, {"worker": worker}, actions=actions, tenants=tenants,
+                                 wait_seconds=wait_seconds)
+        return None if reply is None else Lease(self, reply.json)
+
+    def next_leases(self, worker: str, *, max: int, actions: Iterable[str] | None = None,  # noqa: A002 - the API's name
+                    tenants: Iterable[str] | None = None, wait_seconds: float = 30.0) -> list[Lease]:
+        """Claim up to `max` of the oldest claimable jobs in one request, each with its own lease and
+        fencing token, oldest first; waits as `next_lease` does (an empty list if none came, and
+        then `nothing_claimed` says why)."""
+        reply = self._claim_next(worker, {"worker": worker, "max": max}, actions=actions, tenants=tenants,
+                                 wait_seconds=wait_seconds)
+        if reply is None:
+            return []
+        return [Lease(self, granted) for granted in (reply.json["leases"] if max > 1 else [reply.json])]
+
+    def _claim_next(self, worker: str, body: dict[str, Any], *, actions: Iterable[str] | None,
+                    tenants: Iterable[str] | None, wait_seconds: float) -> Reply | None:
+        """POST /claims until a lease comes or `wait_seconds` have passed (see `next_lease`)."""
         if actions is not None:
             body["actions"] = list(actions)
         if tenants is not None:
@@ -163,7 +180,7 @@ class Client:
             requests += 1
             if reply.status == 201:
                 self._last.nothing = None
-                return Lease(self, reply.json)
+                return reply
             retry_after = _seconds(reply.headers.get("retry-after"))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -187,6 +204,79 @@ class Client:
         self._last.nothing = nothing
         log.log(logging.INFO if nothing.reason == "no_work" else logging.WARNING, "%s: %s", worker, nothing)
         return None
+
+    # -- batches: N leases per request ---------------------------------------------------------------
+
+    def begin_all(self, leases: list[Lease], *, sent_to: str = "") -> list[Lease]:
+        """Begin the side effects of `leases` in one request (one transaction at Reckon): the leases
+        whose effect may now be sent, and only those. Each refused lease is left with `refused` set
+        to why (its lease went stale, it expired, ...); the others are begun all the same."""
+        if not leases:
+            return []
+        body: dict[str, Any] = {"leases": [lease._named() for lease in leases]}
+        if sent_to:
+            body["sent_to"] = sent_to
+        answers = self.call("POST", "/leases/begin", body, retry_unsent_for=self.retry_unsent_for).json["results"]
+        begun = []
+        for lease, answer in zip(leases, answers, strict=True):
+            if answer.get("error"):
+                lease.refused = answer["error"]["message"]
+                lease.outcome = "refused"
+            else:
+                lease.begun = True
+                begun.append(lease)
+        return begun
+
+    def record_all(self, outcomes: list[tuple[Lease, Outcome]]) -> list[JsonObject]:
+        """Record the outcome of each lease in one request (one transaction at Reckon); each answer
+        in its place: the job's status and attempt, or `error` when that lease alone was refused."""
+        if not outcomes:
+            return []
+        items = [{**lease._named(), **outcome.fields()} for lease, outcome in outcomes]
+        answers = self.call("POST", "/leases/results", {"results": items},
+                            retry_unsent_for=self.retry_unsent_for).json["results"]
+        for (lease, outcome), answer in zip(outcomes, answers, strict=True):
+            lease.outcome = "refused" if answer.get("error") else outcome.verdict
+            if answer.get("error"):
+                lease.refused = answer["error"]["message"]
+        return answers
+
+    def run_batch(self, worker: str, perform: Callable[[Lease], str | Outcome], *, max: int = 10,  # noqa: A002
+                  actions: Iterable[str] | None = None, tenants: Iterable[str] | None = None, sent_to: str = "",
+                  wait_seconds: float = 30.0) -> BatchReport:
+        """One turn of a batched worker: claim up to `max` jobs, begin them all in one request, call
+        `perform(lease)` for each begun one (its return: the result_ref of a success, or an Outcome;
+        an exception: unknown, since the call may have reached the provider), then record every
+        result in one request. The leases are renewed in the background while the batch runs."""
+        leases = self.next_leases(worker, max=max, actions=actions, tenants=tenants, wait_seconds=wait_seconds)
+        report = BatchReport(claimed=len(leases))
+        if not leases:
+            return report
+        with _BatchRenewer(leases):
+            begun = self.begin_all(leases, sent_to=sent_to)
+            report.refused += len(leases) - len(begun)
+            outcomes = []
+            for lease in begun:
+                try:
+                    done = perform(lease)
+                except Exception as exc:  # noqa: BLE001 - whatever broke, the call may have happened
+                    done = Outcome.unknown(f"worker lost track after beginning the side effect "
+                                           f"({type(exc).__name__}: {exc})"[:2000])
+                outcomes.append((lease, done if isinstance(done, Outcome) else Outcome.succeeded(str(done))))
+        for (lease, _), answer in zip(outcomes, self.record_all(outcomes), strict=True):
+            if answer.get("error"):
+                report.refused += 1
+            else:
+                report.recorded[lease.outcome] = report.recorded.get(lease.outcome, 0) + 1
+        return report
+
+    def run_batches(self, worker: str, perform: Callable[[Lease], str | Outcome], *, max: int = 10,  # noqa: A002
+                    stop: threading.Event, **options: Any) -> BatchReport:
+        """`run_batch` again and again until `stop` is set: a batched worker's loop. Returns the totals."""
+        total = BatchReport()
+        while not stop.is_set():
+            total.add(self.run_batch(worker, perform, max=max, **options))
+        return total
 
     @property
     def nothing_claimed(self) -> NothingClaimed | None:
@@ -257,6 +347,88 @@ class Client:
         return Deferred(start)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a lease's side effect, for `Client.record_all` and `run_batch`."""
+
+    verdict: Literal["succeeded", "failed", "unknown"]
+    result_ref: str = ""
+    error: str = ""  # failed: why the provider refused; unknown: why you cannot tell
+    retryable: bool = False
+    evidence: JsonObject | None = None
+
+    @classmethod
+    def succeeded(cls, result_ref: str = "", evidence: JsonObject | None = None) -> Outcome:
+        return cls("succeeded", result_ref=result_ref, evidence=evidence)
+
+    @classmethod
+    def failed(cls, error: str, *, retryable: bool = False, evidence: JsonObject | None = None) -> Outcome:
+        return cls("failed", error=error, retryable=retryable, evidence=evidence)
+
+    @classmethod
+    def unknown(cls, reason: str, evidence: JsonObject | None = None) -> Outcome:
+        return cls("unknown", error=reason, evidence=evidence)
+
+    def fields(self) -> dict[str, Any]:
+        """The result item's fields beside the lease (POST /leases/results)."""
+        evidence = self.evidence or {}
+        if self.verdict == "succeeded":
+            return {"outcome": "succeeded", "result_ref": self.result_ref, "evidence": evidence}
+        if self.verdict == "failed":
+            return {"outcome": "failed", "error": self.error, "retryable": self.retryable, "evidence": evidence}
+        return {"outcome": "unknown", "reason": self.error, "evidence": evidence}
+
+
+@dataclass
+class BatchReport:
+    """What a batched worker's turn (or loop) did: jobs claimed, results recorded by outcome, and
+    leases refused (stale or expired before their begin or result: the ledger says why)."""
+
+    claimed: int = 0
+    recorded: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+
+    def add(self, other: BatchReport) -> None:
+        self.claimed += other.claimed
+        self.refused += other.refused
+        for verdict, count in other.recorded.items():
+            self.recorded[verdict] = self.recorded.get(verdict, 0) + count
+
+
+class _BatchRenewer(threading.Thread):
+    """Renews every lease of a batch not yet settled, every third of the shortest lease, while the
+    batch runs (a fast batch ends before the first renewal)."""
+
+    def __init__(self, leases: list[Lease]):
+        super().__init__(name="reckon-renew-batch", daemon=True)
+        self.leases = leases
+        self._stop_event = threading.Event()
+
+    def __enter__(self) -> _BatchRenewer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def run(self) -> None:
+        interval = max(min(lease.ttl_seconds for lease in self.leases) / 3, 0.05)
+        try:
+            while not self._stop_event.wait(interval):
+                for lease in self.leases:
+                    if lease.outcome is None and not lease.lost:
+                        try:
+                            lease.renew()
+                        except ReckonError as refused:
+                            if refused.status == 409:
+                                lease.lost = str(refused)
+                        except ReckonUnavailable:
+                            pass
+        finally:
+            self.leases[0].client.close()  # this thread's connection
+
+
 def _raise_if_settled(job: JsonObject, refused: ReckonError | None = None) -> None:
     """AlreadySucceeded or HeldUnknown for a job effect() must not run again."""
     if job.get("status") == "succeeded":
@@ -291,7 +463,12 @@ class Lease(OnJob):
         self.renewals = 0
         self.success_on_exit = False
         self.begin_on_enter = False
+        self.refused: str = ""  # why a batch step refused this lease alone (Client.begin_all, record_all)
         self._renewer: _Renewer | None = None
+
+    def _named(self) -> JsonObject:
+        """The lease as a batch item names it."""
+        return {"job_id": self.job_id, "owner": self.owner, "fencing_token": self.fencing_token}
 
     def _write(self, step: str, **fields: Any) -> JsonObject:
         body = {"owner": self.owner, "fencing_token": self.fencing_token, **fields}
