@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.partitions import ensure as ensure_partitions
+
 JOB_COLUMNS = ("id", "job_id", "tenant", "action", "payload", "identity", "idempotency_key", "status", "lease_seq",
                "next_check_at", "check_count", "recovery_pending", "created_at", "updated_at")
 ATTEMPT_COLUMNS = ("id", "job_id", "number", "delivery_state", "execution_state", "side_effect_state", "lease_owner",
@@ -88,6 +90,7 @@ def chain_hash(prev_hash: str, job_pk: int, attempt_pk: int | None, at: datetime
 # --- loading ---------------------------------------------------------------------------------
 
 TABLES = (("ledger_job", JOB_COLUMNS), ("ledger_attempt", ATTEMPT_COLUMNS), ("ledger_ledgerevent", EVENT_COLUMNS))
+HISTORY_DAYS = 30  # how far back the generated history goes
 REBUILD_FROM = 50_000  # loads of at least this many events (and more than the table holds) rebuild indexes
 
 
@@ -124,6 +127,8 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
 
     for table, columns in TABLES:
         _check_columns(table, columns)
+    now = timezone.now()
+    ensure_partitions(now - timedelta(days=HISTORY_DAYS + 1), now + timedelta(days=1))  # the event table's, by time
     first_ids = {table: _next_ids(table) for table, _ in TABLES}
     with transaction.atomic(), connection.cursor() as cursor:
         superuser = _is_superuser(cursor)
@@ -205,7 +210,8 @@ def _drop_plain_indexes(cursor) -> list[str]:
     indexes = cursor.fetchall()
     for name, _ in indexes:
         cursor.execute(f"DROP INDEX {name}")
-    return [definition for _, definition in indexes]
+    # A partitioned table's index reads ON ONLY (its partitions' indexes attached later): ON builds them all.
+    return [definition.replace(" ON ONLY ", " ON ") for _, definition in indexes]
 
 
 def _verify_foreign_keys(cursor, first_ids: dict[str, int]) -> None:
@@ -352,7 +358,7 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
         in_queue = n < queued
         status = QUEUE_STATUSES[n % len(QUEUE_STATUSES)] if in_queue else "succeeded"
         two_attempts = not in_queue and rng.random() < 0.1
-        created = now - timedelta(seconds=rng.randint(60, 3 * 3600) if in_queue else rng.randint(3600, 30 * 86400))
+        created = now - timedelta(seconds=rng.randint(60, 3 * 3600) if in_queue else rng.randint(3600, HISTORY_DAYS * 86400))
         action = ACTIONS[n % len(ACTIONS)]
         name = f"{prefix}-{n:08d}"
         key = f"{action}:{name}"

@@ -8,6 +8,7 @@ from django_htmx.http import trigger_client_event
 
 from console.access import APPROVERS, OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DecisionForm
+from console.selectors.history import archived_job
 from console.selectors.job import job_record, mcp_call
 from console.selectors.queue import next_in_queue, queue_tab_of
 from console.views.queue import QUEUE_CHANGED
@@ -24,6 +25,11 @@ JOB_REGIONS = ("job-summary", "attempts", "approvals", "timeline")
 @require_GET
 @role_required(*READERS)
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    fence = fence_of(request.user)
+    if not fence.jobs().filter(job_id=job_id).exists():
+        tombstone = archived_job(job_id, fence)
+        if tombstone is not None:  # its history left the database: say when and where to
+            return render(request, "console/job_archived.html", {"tombstone": tombstone})
     # After a decision without JavaScript, its result is shown (and focused) in the decision panel,
     # not in the page's message list.
     stored = list(messages.get_messages(request))

@@ -65,7 +65,12 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     # MCP tool calls through the gateway and directly, 1 and 4 clients
     assert [row["clients"] for row in report["mcp"]] == [1, 4]
     assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"])
+    # The history: expired partitions archived beside the ledger cycle, their archives verified.
+    assert [row["attempts"] for row in report["history"]["rows"]] == [2_000, 8_000]
+    for row in report["history"]["rows"]:
+        assert row["partitions_archived"] > 0 and row["events_archived"] > 0, row
+        assert row["cycles_s_during"] > 0 and row["verify_events_per_s"] > 0 and row["event_mb_dropped"] > 0, row
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
                                       "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
-                                      "mcp_ratio_at_4"}
+                                      "mcp_ratio_at_4", "retention_cycle_ratio"}

@@ -1,6 +1,7 @@
 import json
 import logging
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from bench import drain, http_cycle, mcp, providers, sections
+from bench import history as history_bench
 from chaos.world import World
 
 TARGETS = {
@@ -23,10 +25,11 @@ TARGETS = {
     "rate_limit_share_429": 0.01,
     "mcp_added_p50_ms_at_1": 5.0,
     "mcp_ratio_at_4": 0.5,
+    "retention_cycle_ratio": 0.8,
 }
 
 
-SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp")
+SECTIONS = ("cycles", "http", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "history")
 
 
 class Command(BaseCommand):
@@ -96,6 +99,15 @@ class Command(BaseCommand):
                 self._section("MCP tool calls through the gateway (journaled) vs the same upstream directly")
                 report["mcp"] = mcp.mcp_calls(world, seconds=seconds)
                 self._rows(report["mcp"])
+            if "history" in run:
+                sizes = (2_000, 8_000) if quick else (20_000, 100_000)
+                self._section(f"history: 30 days generated at {sizes[0]:,} and {sizes[1]:,} attempts, a 7-day "
+                              "retention pass beside the ledger cycle, its archive verified")
+                with tempfile.TemporaryDirectory(prefix="reckon-bench-archive-") as folder:
+                    report["history"] = history_bench.history(sizes=sizes, workers=2 if quick else 4,
+                                                              seconds=seconds, folder=Path(folder))
+                self._rows(report["history"]["rows"])
+                self._rows([report["history"]["extrapolated_30M_events"]])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -166,6 +178,8 @@ class Command(BaseCommand):
         if "mcp" in report:
             measured["mcp_added_p50_ms_at_1"] = next(r for r in report["mcp"] if r["clients"] == 1)["added_p50_ms"]
             measured["mcp_ratio_at_4"] = next(r for r in report["mcp"] if r["clients"] == 4)["ratio"]
+        if "history" in report:
+            measured["retention_cycle_ratio"] = min(r["ratio"] for r in report["history"]["rows"])
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():
