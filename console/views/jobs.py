@@ -1,6 +1,6 @@
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
@@ -25,16 +25,20 @@ JOB_REGIONS = ("job-summary", "attempts", "approvals", "timeline")
 @require_GET
 @role_required(*READERS)
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
-    fence = fence_of(request.user)
-    if not fence.jobs().filter(job_id=job_id).exists():
-        tombstone = archived_job(job_id, fence)
-        if tombstone is not None:  # its history left the database: say when and where to
-            return render(request, "console/job_archived.html", {"tombstone": tombstone})
     # After a decision without JavaScript, its result is shown (and focused) in the decision panel,
     # not in the page's message list.
     stored = list(messages.get_messages(request))
     notice = (stored[-1].level_tag, str(stored[-1])) if stored else None
-    return render(request, "console/job_detail.html", {**_context(request, job_id, notice=notice), "messages": []})
+    try:
+        context = _context(request, job_id, notice=notice)
+    except Http404:
+        # Only a job that is not online is looked up among the archived ones (no query more for the
+        # page of a job that is): its history left the database, the page says when and where to.
+        tombstone = archived_job(job_id, fence_of(request.user))
+        if tombstone is None:
+            raise
+        return render(request, "console/job_archived.html", {"tombstone": tombstone})
+    return render(request, "console/job_detail.html", {**context, "messages": []})
 
 
 @require_POST
