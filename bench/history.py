@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from bench.generate import generate
 from bench.sections import ledger_cycles
@@ -20,6 +20,7 @@ from ledger.partitions import EVENTS, ensure, ensure_ahead, partitions
 from ledger.services.retention import run_retention_pass
 
 TABLES = ("ledger_job", "ledger_attempt", "ledger_jobsearchtext")
+YEAR = 365  # the pages are measured over a year of history (issue 28: "over a simulated year")
 
 
 def _disk_bytes() -> int:
@@ -32,16 +33,70 @@ def _disk_bytes() -> int:
     return int(events) + int(rest)
 
 
-def _empty_ledger() -> None:
+def _empty_ledger(days: int = 40) -> None:
     with connection.cursor() as cursor:
         for partition in partitions():
             cursor.execute(f'DROP TABLE "{partition.name}"')
         cursor.execute("TRUNCATE ledger_historycheckpoint, ledger_jobtombstone, ledger_ledgerevent, "
                        "ledger_jobsearchtext, ledger_attempt, ledger_job CASCADE")
-        cursor.execute("SELECT now() - interval '40 days'")
+        cursor.execute("SELECT now() - make_interval(days => %s)", [days])
         (start,) = cursor.fetchone()
-    ensure(start, start + timedelta(days=41))
+    ensure(start, start + timedelta(days=days + 1))
     ensure_ahead()
+
+
+# The chain trigger's lookup (migration 0006, ledger.models.CHAIN_HASH): the job's latest event.
+PREVIOUS_HASH = (f"SELECT e.hash FROM {EVENTS} e WHERE e.job_id = %s ORDER BY e.id DESC LIMIT 1")  # nosec B608  # fixed table name
+COMMENT = (f"INSERT INTO {EVENTS} (job_id, actor_type, actor, kind, \"before\", \"after\", note, evidence, "  # nosec B608  # fixed table name
+           "prev_hash, hash) VALUES (%s, 'operator', 'bench', 'job_commented', '{}', '{}', 'bench', '{}', '', '')")
+
+
+def chain_lookup(*, counts: tuple[int, ...], attempts: int, inserts: int) -> list[dict]:
+    """Events written through the hash-chain trigger with `count` weekly partitions online (a
+    history of `attempts` spread over them): the trigger looks up the job's previous event by
+    (job_id, id) in every partition. Its plan (index scans only?), the lookup's median and the
+    inserts per second (in one transaction, rolled back: the trigger's cost, not the commit's), for
+    each count in turn (not side by side: each count is its own layout)."""
+    import json
+    import random
+    import statistics
+
+    rows = []
+    for count in counts:
+        settings.RECKON_HISTORY_PARTITION_DAYS = 7
+        _empty_ledger(days=7 * count - 1)
+        generate(attempts=attempts, queued=0, prefix=f"chain-{count}", days=7 * count - 1)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE ledger_ledgerevent")
+            cursor.execute("SELECT id FROM ledger_job")
+            jobs = [pk for (pk,) in cursor.fetchall()]
+            picked = random.Random(count).sample(jobs, min(inserts, len(jobs)))  # nosec B311  # a sample, not security
+            cursor.execute("EXPLAIN " + PREVIOUS_HASH, [picked[0]])
+            plan = "\n".join(line for (line,) in cursor.fetchall())
+            executed, planned = [], []
+            for pk in picked[:100]:  # the lookup inside the database: its execution, and its planning apart
+                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + PREVIOUS_HASH, [pk])
+                (explained,) = cursor.fetchone()
+                explained = json.loads(explained) if isinstance(explained, str) else explained
+                executed.append(explained[0]["Execution Time"])
+                planned.append(explained[0]["Planning Time"])
+            with transaction.atomic():
+                started = time.perf_counter()
+                for pk in picked:
+                    cursor.execute(COMMENT, [pk])
+                elapsed = time.perf_counter() - started
+                transaction.set_rollback(True)
+        nodes = [line.strip().removeprefix("->").strip() for line in plan.splitlines() if "(cost=" in line]
+        scans = [node for node in nodes if f" on {EVENTS}" in node]
+        rows.append({
+            "partitions": len(partitions()), "events": _events(),
+            "index_scans": sum(node.startswith("Index") for node in scans),
+            "other_scans": sum(not node.startswith("Index") for node in scans),
+            "lookup_median_ms": round(statistics.median(executed), 3),
+            "planning_median_ms": round(statistics.median(planned), 3),
+            "inserts_per_s": round(len(picked) / elapsed),
+        })
+    return rows
 
 
 def _events() -> int:

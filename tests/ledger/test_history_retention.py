@@ -363,3 +363,49 @@ def test_a_retention_pass_gives_way_to_a_writer_and_then_archives(standard_parti
     passing.join(timeout=60)
     assert [c.partition for c in outcome["result"].archived] == [f"{EVENTS}_t0"]
     assert JobTombstone.objects.filter(job_id="a").exists() and broken() == {}
+
+
+@pytest.mark.parametrize("step", ["claim", "succeed"])
+def test_a_step_that_waited_for_the_jobs_lock_stamps_its_event_after_it(transactional_db, step):
+    """The worker steps' functions lock the job inside one statement: the event's time is taken
+    after the lock (migration 0022), not at the statement's start, so a job's events stay in time
+    order in id order and its chain never goes back across a partition's boundary."""
+    import threading
+
+    import psycopg
+
+    make_job("locked")
+    lease = None
+    if step == "succeed":
+        lease = services.claim_job(job_id="locked", worker="w")
+        services.begin_side_effect(lease=lease)
+    holder = psycopg.connect(database_url_of_tests())
+    holder.execute("SELECT 1 FROM ledger_job WHERE job_id = 'locked' FOR UPDATE")  # its transaction stays open
+    outcome = {}
+
+    def the_step():
+        try:
+            outcome["done"] = (services.claim_job(job_id="locked", worker="w") if step == "claim"
+                               else services.record_success(lease=lease, result_ref="r"))
+        finally:
+            connection.close()
+
+    stepping = threading.Thread(target=the_step)
+    stepping.start()
+
+    def the_step_waits_for_the_lock():
+        (waiting,) = holder.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' "
+                                    "OR NOT granted AND relation = 'ledger_job'::regclass").fetchone()
+        return waiting
+
+    wait_for(the_step_waits_for_the_lock, timeout=30, message="the step to wait for the job's lock")
+    (released,) = holder.execute("SELECT clock_timestamp()").fetchone()
+    holder.commit()
+    holder.close()
+    stepping.join(timeout=60)
+    assert outcome.get("done") is not None
+    kind = "claimed" if step == "claim" else "succeeded"
+    event = LedgerEvent.objects.get(job__job_id="locked", kind=kind)
+    assert event.at > released, (event.at, released)  # the statement began before: its start is not the stamp
+    times = list(LedgerEvent.objects.filter(job__job_id="locked").order_by("id").values_list("at", flat=True))
+    assert times == sorted(times) and broken() == {}
