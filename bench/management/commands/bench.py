@@ -104,7 +104,7 @@ class Command(BaseCommand):
                 self._section(f"history: console and selection queries at {small:,} and {large:,} attempts over "
                               f"a year of events ({history_bench.YEAR} days, in "
                               f"{settings.RECKON_HISTORY_PARTITION_DAYS}-day partitions)")
-                pages = sections.at_scale(small=small, large=large, queued=queued, repeats=5 if quick else 20,
+                pages = sections.at_scale(small=small, large=large, queued=queued, repeats=3 if quick else 20,
                                           days=history_bench.YEAR)
                 self._scale(pages)
                 counts = (2, 5) if quick else (15, 50)
