@@ -21,6 +21,7 @@ from ledger.services import (
     ClaimRefused,
     IdentityMismatch,
     InvalidJob,
+    JobArchived,
     JobConflict,
     LedgerError,
     StaleLease,
@@ -75,6 +76,9 @@ def refusal(request: HttpRequest, exc: Exception) -> JsonResponse:
             return error_response(409, "stale_lease", str(exc))
         case IdentityMismatch():
             return error_response(409, "identity_mismatch", str(exc))
+        case JobArchived():
+            return error_response(409, "job_archived", str(exc), final_status=exc.tombstone.status,
+                                  archived_at=exc.tombstone.checkpoint.archived_at.isoformat())
         case JobConflict():
             return error_response(409, "job_conflict", str(exc))
         case LedgerError():

@@ -300,7 +300,9 @@ def _scope(request: HttpRequest) -> Scope:
         415,
         conflict=(
             "job_conflict: this id names other work of yours (the message says which fields "
-            "differ); job_id_unavailable: the id is taken by work outside your token's scope"
+            "differ); job_archived: this id's job finished and its history was archived (the message "
+            "says its final state, when and the archive file): it is never run again; "
+            "job_id_unavailable: the id is taken by work outside your token's scope"
         ),
         links={201: JOB_LINKS, 200: JOB_LINKS},
     ),
@@ -313,13 +315,15 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
             "forbidden",
             f"token {token.prefix}… may not act for tenant {body.tenant!r} and action {body.action!r}",
         )
-    conflict = None
+    conflict = holder = None
     try:
         job = services.enqueue_job(**body.model_dump(), actor=holder_name(token, "api"))
+    except services.JobArchived as refused:  # its history was archived: the tombstone says whose it was
+        conflict, holder = refused, {"tenant": refused.tombstone.tenant, "action": refused.tombstone.action}
     except services.JobConflict as refused:
         conflict = refused
     if conflict is not None:
-        holder = models.Job.objects.filter(job_id=body.job_id).values("tenant", "action").get()
+        holder = holder or models.Job.objects.filter(job_id=body.job_id).values("tenant", "action").get()
         if not token.allows(**holder):  # say nothing of work this token cannot see
             raise ApiError(409, "job_id_unavailable", "this job id is taken; choose another")
         raise conflict

@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.partitions import ensure as ensure_partitions
+
 JOB_COLUMNS = ("id", "job_id", "tenant", "action", "payload", "identity", "idempotency_key", "status", "lease_seq",
                "next_check_at", "check_count", "recovery_pending", "created_at", "updated_at")
 ATTEMPT_COLUMNS = ("id", "job_id", "number", "delivery_state", "execution_state", "side_effect_state", "lease_owner",
@@ -88,10 +90,12 @@ def chain_hash(prev_hash: str, job_pk: int, attempt_pk: int | None, at: datetime
 # --- loading ---------------------------------------------------------------------------------
 
 TABLES = (("ledger_job", JOB_COLUMNS), ("ledger_attempt", ATTEMPT_COLUMNS), ("ledger_ledgerevent", EVENT_COLUMNS))
+HISTORY_DAYS = 30  # how far back the generated history goes
 REBUILD_FROM = 50_000  # loads of at least this many events (and more than the table holds) rebuild indexes
 
 
-def _copy(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events: int) -> dict[str, float]:
+def _copy(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events: int,
+          days: int = HISTORY_DAYS) -> dict[str, float]:
     """COPY (job row, attempt rows, event rows) per job in, in one transaction; `events` is about how many.
 
     The rows carry their hash chain already (each chain starts at its job's first event: the
@@ -108,13 +112,14 @@ def _copy(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples: the cyclic collector would cost a third of the time
     try:
-        return _load(histories, events=events)
+        return _load(histories, events=events, days=days)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events: int) -> dict[str, float]:
+def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events: int,
+          days: int = HISTORY_DAYS) -> dict[str, float]:
     phases, started = {}, time.monotonic()
 
     def phase(name):
@@ -124,6 +129,8 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
 
     for table, columns in TABLES:
         _check_columns(table, columns)
+    now = timezone.now()
+    ensure_partitions(now - timedelta(days=days + 1), now + timedelta(days=1))  # the event table's, by time
     first_ids = {table: _next_ids(table) for table, _ in TABLES}
     with transaction.atomic(), connection.cursor() as cursor:
         superuser = _is_superuser(cursor)
@@ -205,7 +212,8 @@ def _drop_plain_indexes(cursor) -> list[str]:
     indexes = cursor.fetchall()
     for name, _ in indexes:
         cursor.execute(f"DROP INDEX {name}")
-    return [definition for _, definition in indexes]
+    # A partitioned table's index reads ON ONLY (its partitions' indexes attached later): ON builds them all.
+    return [definition.replace(" ON ONLY ", " ON ") for _, definition in indexes]
 
 
 def _verify_foreign_keys(cursor, first_ids: dict[str, int]) -> None:
@@ -330,18 +338,19 @@ def _next_ids(table: str) -> int:
         return cursor.fetchone()[0]
 
 
-def generate(*, attempts: int, queued: int, prefix: str = "gen", seed: int = 1) -> Generated:
-    """About `attempts` attempts in all, `queued` of whose jobs sit in the unknown-work queue."""
+def generate(*, attempts: int, queued: int, prefix: str = "gen", seed: int = 1, days: int = HISTORY_DAYS) -> Generated:
+    """About `attempts` attempts in all, `queued` of whose jobs sit in the unknown-work queue; the
+    finished ones spread over the last `days` days."""
     made = Generated()
     first_ids = tuple(_next_ids(table) for table, _ in TABLES)  # before any COPY starts
     made.phases = _copy(_histories(attempts=attempts, queued=queued, prefix=prefix, seed=seed, made=made,
-                                   first_ids=first_ids), events=attempts * 4)
+                                   first_ids=first_ids, days=days), events=attempts * 4, days=days)
     made.queued = min(queued, made.jobs)
     return made
 
 
 def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Generated,
-               first_ids: tuple[int, int, int]):
+               first_ids: tuple[int, int, int], days: int = HISTORY_DAYS):
     """One (job row, attempt rows, event rows) per job, counted into `made` as they are produced."""
     rng = random.Random(seed)  # nosec B311  # a seeded generator for a reproducible synthetic history, not security
     now = timezone.now().replace(tzinfo=UTC)
@@ -352,7 +361,7 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
         in_queue = n < queued
         status = QUEUE_STATUSES[n % len(QUEUE_STATUSES)] if in_queue else "succeeded"
         two_attempts = not in_queue and rng.random() < 0.1
-        created = now - timedelta(seconds=rng.randint(60, 3 * 3600) if in_queue else rng.randint(3600, 30 * 86400))
+        created = now - timedelta(seconds=rng.randint(60, 3 * 3600) if in_queue else rng.randint(3600, days * 86400))
         action = ACTIONS[n % len(ACTIONS)]
         name = f"{prefix}-{n:08d}"
         key = f"{action}:{name}"

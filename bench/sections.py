@@ -19,7 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django_q.models import OrmQ
 
-from bench.generate import answer, generate, pending_jobs
+from bench.generate import HISTORY_DAYS, answer, generate, pending_jobs
 from chaos.world import World, wait_until
 from config.localdb import find_bindir
 from config.processes import ChildProcess, accepting, free_port
@@ -476,15 +476,16 @@ def _drop_database(database) -> None:
         admin.close()
 
 
-def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
+def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = HISTORY_DAYS) -> dict:
     """The console and the selection queries with `small`, then `large` attempts in the ledger.
 
     The small history is generated, then copied to a second database where it grows to `large`
     attempts (the same queue, the same job page); every page and query is then measured on both
-    databases alternately, so the ratio is measured side by side even on a loaded machine.
+    databases alternately, so the ratio is measured side by side even on a loaded machine. The
+    finished jobs spread over the last `days` days (so over that many days' partitions of events).
     """
     started = time.monotonic()
-    generate(attempts=small, queued=queued, prefix="scale-a")
+    generate(attempts=small, queued=queued, prefix="scale-a", days=days)
     _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
     client, searched = _console_client()  # the login session is copied along with the database
@@ -493,7 +494,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int) -> dict:
     try:
         with _using(large_db):
             started = time.monotonic()
-            grown = generate(attempts=large - small, queued=0, prefix="scale-b")
+            grown = generate(attempts=large - small, queued=0, prefix="scale-b", days=days)
             _sample_history(week=False)
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})

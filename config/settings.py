@@ -50,6 +50,7 @@ EXAMPLES = "The examples' own variables (examples/, read by those programs, not 
 HARNESS = "Fault points, tests and benchmarks"
 ALERTS = "Alerts"
 SIGN_IN = "Sign-in: identity providers (OpenID Connect) and break-glass accounts"
+HISTORY = "History: partitions, retention and archives"
 
 
 def database_from_url(url: str) -> dict:
@@ -480,6 +481,13 @@ RECKON_ALERT_APPROVAL_WAIT_S = setting("RECKON_ALERT_APPROVAL_WAIT_S", 3600.0, F
 RECKON_WATCHDOG_INTERVAL = setting("RECKON_WATCHDOG_INTERVAL", 15.0, Float, "Seconds between passes of `watchdog --loop`, the process that evaluates the alert conditions (a process of its own: it still runs when the qcluster, sweeper and reconciler stop).", group=ALERTS)
 RECKON_ALERT_SILENCE_MAX_H = setting("RECKON_ALERT_SILENCE_MAX_H", 24.0, Float, "The longest an operator may silence an alert on the console's alerts page (hours).", group=ALERTS)
 EMAIL_HOST = setting("RECKON_EMAIL_HOST", "localhost", Str, "The SMTP server Django's mail backend sends alert emails through.", group=ALERTS)
+# The event history's partitions, retention and archives (ledger/partitions.py, ledger/retention.py).
+RECKON_HISTORY_PARTITION_DAYS = setting("RECKON_HISTORY_PARTITION_DAYS", 28, Int, "Days of events per partition of the history (the unit retention moves out). Each event written looks up its job's previous one in every online partition: fewer, longer partitions keep that short. Changing it affects partitions made afterwards only.", group=HISTORY)
+RECKON_HISTORY_PARTITIONS_AHEAD = setting("RECKON_HISTORY_PARTITIONS_AHEAD", 2, Int, "Partitions kept created ahead of now (after every migrate and by the `partitions` schedule): events cannot be written past the last one.", group=HISTORY)
+RECKON_HISTORY_RETENTION_DAYS = setting("RECKON_HISTORY_RETENTION_DAYS", 365.0, Float, "Days a partition of the history stays online after it ends; then `archive_history` writes it to an archive file and drops it (only when every job in it is finished). 0: never archive.", group=HISTORY)
+RECKON_HISTORY_RETENTION_BY_TENANT = setting("RECKON_HISTORY_RETENTION_BY_TENANT", {}, Rates, "Days of retention for particular tenants (`acme=730,trial=30`). Partitions are shared by tenants, so a partition leaves when every tenant in it is past its own retention: a longer retention holds the whole partition.", group=HISTORY, example="acme=730,trial=30")
+_HISTORY_ARCHIVE_DIR = setting("RECKON_HISTORY_ARCHIVE_DIR", "", Str, "Where `archive_history` writes archive files. Unset: the folder `history-archive` in the project folder.", group=HISTORY, example="/var/lib/reckon/archive")
+RECKON_HISTORY_ARCHIVE_DIR = Path(_HISTORY_ARCHIVE_DIR or PROJECT_DIR / "history-archive")
 EMAIL_PORT = setting("RECKON_EMAIL_PORT", 25, Int, "Its port.", group=ALERTS)
 # An evaluation holds its alert row locked while it sends; with the webhook's 5 s, four conditions
 # stay inside the cluster's task timeout even when both channels hang.

@@ -124,10 +124,14 @@ def states_before(execution: Execution, side_effect: SideEffect | None = None) -
 
 
 def _event_sql(*, actor: str, kind: EventKind, job_status: str, evidence: str) -> str:
-    """The event row; the reckon_hash_chain trigger fills in its hashes."""
+    """The event row; the reckon_hash_chain trigger fills in its hashes. Its time is taken now,
+    after the job's lock (clock_timestamp()), not the statement's start (the column's default):
+    a step that waited on the lock would otherwise stamp its event before the event of the step it
+    waited for, and a job's chain, in id order, would go back in time, across a partition's
+    boundary too (issue 28: a partition would leave with a link whose next event stays online)."""
     return (
-        "INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, \"before\", \"after\", "  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
-        f"note, evidence, prev_hash, hash) VALUES (j.id, a.id, {_sql(ActorType.WORKER)}, "
+        "INSERT INTO ledger_ledgerevent (job_id, attempt_id, at, actor_type, actor, kind, \"before\", \"after\", "  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
+        f"note, evidence, prev_hash, hash) VALUES (j.id, a.id, clock_timestamp(), {_sql(ActorType.WORKER)}, "
         f"left({actor}, {_max_length(LedgerEvent, 'actor')}), {_sql(kind)}, before, "
         f"{snapshot_sql(job_status)}, '', {evidence}, '', '');"
     )

@@ -20,6 +20,9 @@ POINTS = (
     "during_call",  # the request is on the wire, the answer not yet read
     "after_provider_success",  # the provider answered 2xx, nothing written locally yet
     "after_local_write",  # the result is recorded, the queue has not acknowledged the task
+    # The retention pass (ledger/services/retention.py); the "job" is the partition's name.
+    "archive_written",  # the archive file is in place, nothing recorded in the database yet
+    "partition_dropped",  # checkpoint and tombstones written, the partition dropped, not committed
 )
 
 _ARMED = os.environ.get("RECKON_FAULT_POINT") or None

@@ -273,3 +273,51 @@ class JobSearchText(models.Model):
 
     def __str__(self) -> str:
         return f"search text of job {self.job_id}"
+
+
+class HistoryCheckpoint(models.Model):
+    """An event partition that left the database (issue 28): what it held, where it went, and the
+    hashes that let the archive file and the history still online be verified. Kept forever."""
+
+    partition = models.CharField(max_length=63, unique=True)
+    range_start = models.DateTimeField()
+    range_end = models.DateTimeField()
+    events = models.BigIntegerField()
+    jobs = models.BigIntegerField()
+    first_event_id = models.BigIntegerField(null=True)
+    last_event_id = models.BigIntegerField(null=True)
+    first_hash = models.CharField(max_length=64, blank=True, default="")
+    last_hash = models.CharField(max_length=64, blank=True, default="")
+    # {job pk: the last archived hash of its chain} for each job whose history goes on online:
+    # the prev_hash its first online event must carry (what `ledger_check` starts from).
+    carried = models.JSONField(default=dict)
+    archive_file = models.CharField(max_length=500)
+    archive_sha256 = models.CharField(max_length=64)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["range_start"]
+        triggers = [pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete)]
+
+    def __str__(self) -> str:
+        return f"{self.partition} ({self.range_start:%Y-%m-%d} to {self.range_end:%Y-%m-%d})"
+
+
+class JobTombstone(models.Model):
+    """A job whose whole history was archived: what the idempotency guarantee still needs (its key
+    is never run again) and where its history went."""
+
+    job_id = models.CharField(max_length=200, primary_key=True)
+    idempotency_key = models.CharField(max_length=320, unique=True)
+    tenant = models.CharField(max_length=100)
+    action = models.CharField(max_length=100)
+    status = models.CharField(max_length=24)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    checkpoint = models.ForeignKey(HistoryCheckpoint, on_delete=models.PROTECT, related_name="tombstones")
+
+    class Meta:
+        triggers = [pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete)]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} ({self.status}, archived)"

@@ -9,3 +9,9 @@ def run_job(job_id: str) -> str:
 
 def sweep_expired_leases() -> int:
     return services.sweep_expired_leases().total
+
+
+def create_partitions_ahead() -> int:
+    from ledger.partitions import ensure_ahead
+
+    return len(ensure_ahead())

@@ -9,6 +9,7 @@ from console.access import READERS, fence_of, role_required
 from console.csv_export import csv_download
 from console.forms import AuditFilterForm
 from console.selectors.audit import AUDIT_JOBS, admin_changes, audit_events, audit_page, found_jobs, sign_ins
+from console.selectors.history import history_periods
 from ledger.states import EventKind
 
 CSV_COLUMNS = (
@@ -62,6 +63,7 @@ def audit(request: HttpRequest) -> HttpResponse:
             # People and permissions span every tenant: only a user who sees every tenant sees them.
             "admin_changes": list(admin_changes(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
             "sign_ins": list(sign_ins(spec)[:ADMIN_CHANGES_SHOWN]) if fence.everything else None,
+            "history": None if request.htmx else history_periods(),
         },
     )
 

@@ -1,6 +1,6 @@
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
@@ -8,6 +8,7 @@ from django_htmx.http import trigger_client_event
 
 from console.access import APPROVERS, OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
 from console.forms import DecisionForm
+from console.selectors.history import archived_job
 from console.selectors.job import job_record, mcp_call
 from console.selectors.queue import next_in_queue, queue_tab_of
 from console.views.queue import QUEUE_CHANGED
@@ -28,7 +29,16 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     # not in the page's message list.
     stored = list(messages.get_messages(request))
     notice = (stored[-1].level_tag, str(stored[-1])) if stored else None
-    return render(request, "console/job_detail.html", {**_context(request, job_id, notice=notice), "messages": []})
+    try:
+        context = _context(request, job_id, notice=notice)
+    except Http404:
+        # Only a job that is not online is looked up among the archived ones (no query more for the
+        # page of a job that is): its history left the database, the page says when and where to.
+        tombstone = archived_job(job_id, fence_of(request.user))
+        if tombstone is None:
+            raise
+        return render(request, "console/job_archived.html", {"tombstone": tombstone})
+    return render(request, "console/job_detail.html", {**context, "messages": []})
 
 
 @require_POST

@@ -1,6 +1,8 @@
 """What the transition layer refuses. A refusal leaves the ledger unchanged, except for the
 event that records it (written and committed before the exception is raised)."""
 
+from pathlib import PurePath
+
 
 class LedgerError(Exception):
     """A refused operation. The ledger is unchanged except for the event recording the refusal."""
@@ -12,6 +14,17 @@ class InvalidJob(LedgerError):
 
 class JobConflict(LedgerError):
     pass
+
+
+class JobArchived(JobConflict):
+    """The job id belongs to a job whose whole history was archived: it is never run again."""
+
+    def __init__(self, tombstone):
+        super().__init__(
+            f"job {tombstone.job_id!r} {tombstone.status} on {tombstone.finished_at:%Y-%m-%d %H:%M} UTC and its "
+            f"history was archived on {tombstone.checkpoint.archived_at:%Y-%m-%d} in "
+            f"{PurePath(tombstone.checkpoint.archive_file).name}: a job id is never run again")
+        self.tombstone = tombstone
 
 
 class ClaimRefused(LedgerError):

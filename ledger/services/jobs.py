@@ -8,8 +8,8 @@ from django.db import IntegrityError, transaction
 
 from ledger.actions import get_action
 from ledger.identifiers import InvalidIdentifier, validate_job_id
-from ledger.models import Job
-from ledger.services.errors import InvalidJob, JobConflict
+from ledger.models import Job, JobTombstone
+from ledger.services.errors import InvalidJob, JobArchived, JobConflict
 from ledger.services.transitions import Batch, snapshot
 from ledger.states import ActorType, EventKind
 
@@ -56,6 +56,11 @@ def enqueue_job(
                 policy=declared.policy.as_json(),
                 idempotency_key=idempotency_key_for(action=action, job_id=job_id),
             )
+            # After the insert: a retention pass that removed this job's row (and wrote its
+            # tombstone) has committed by now, or the insert would still be waiting on it.
+            tombstone = JobTombstone.objects.select_related("checkpoint").filter(job_id=job_id).first()
+            if tombstone:
+                raise JobArchived(tombstone)
             with Batch() as batch:
                 attempt = batch.open_attempt(job, 1)
                 batch.record_event(job, attempt, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUED,

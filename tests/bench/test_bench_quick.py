@@ -79,8 +79,19 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     for row in report["peers"]["rows"]:
         assert row["effects"] > 0 and row["effects_per_s"] > 0 and row["commits_per_effect"] > 0, row
         assert row["wal_bytes_per_effect"] > 0, row
+    # The history: expired partitions archived beside the ledger cycle, their archives verified.
+    assert [row["attempts"] for row in report["history"]["rows"]] == [2_000, 8_000]
+    # ... the pages over a year of partitions at both sizes, and the chain trigger's lookup: index scans only
+    assert len(report["history"]["pages"]["large_run"]["pages"]) == len(report["history"]["pages"]["small_run"]["pages"]) > 0
+    assert [row["partitions"] >= count for row, count in zip(report["history"]["chain_lookup"], (2, 5), strict=True)] == [True, True]
+    assert all(row["index_scans"] == row["partitions"] and row["other_scans"] == 0
+               for row in report["history"]["chain_lookup"]), report["history"]["chain_lookup"]
+    for row in report["history"]["rows"]:
+        assert row["partitions_archived"] > 0 and row["events_archived"] > 0, row
+        assert row["cycles_s_during"] > 0 and row["verify_events_per_s"] > 0 and row["event_mb_dropped"] > 0, row
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
                                       "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
                                       "mcp_ratio_at_4", "batch_http_ratio_at_4", "peers_agent_once_ratio_at_4",
-                                      "peers_pgbench_ratio_at_4"}
+                                      "peers_pgbench_ratio_at_4", "retention_cycle_ratio",
+                                      "history_page_growth"}

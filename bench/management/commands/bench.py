@@ -1,6 +1,7 @@
 import json
 import logging
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import batch, drain, http_cycle, mcp, peers, providers, sections
+from bench import history as history_bench
 from chaos.world import World
 
 TARGETS = {
@@ -28,10 +30,12 @@ TARGETS = {
     # unbatched ledger cycle against `pgbench -N`, both at 4 processes, in alternating rounds.
     "peers_agent_once_ratio_at_4": 1.0,
     "peers_pgbench_ratio_at_4": 0.3,
+    "retention_cycle_ratio": 0.8,
+    "history_page_growth": 1.2,  # the pages over a year of partitions (issue 28)
 }
 
 
-SECTIONS = ("cycles", "http", "batch", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers")
+SECTIONS = ("cycles", "http", "batch", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers", "history")
 
 
 class Command(BaseCommand):
@@ -119,6 +123,29 @@ class Command(BaseCommand):
                 self._rows(report["peers"]["rows"])
                 for name, ratio in report["peers"]["ratios"].items():
                     self.stdout.write(f"  {name}: {ratio['ratio']} ({ratio['reckon']})")
+            if "history" in run:
+                self._section(f"history: console and selection queries at {small:,} and {large:,} attempts over "
+                              f"a year of events ({history_bench.YEAR} days, in "
+                              f"{settings.RECKON_HISTORY_PARTITION_DAYS}-day partitions)")
+                pages = sections.at_scale(small=small, large=large, queued=queued, repeats=3 if quick else 20,
+                                          days=history_bench.YEAR)
+                self._scale(pages)
+                counts = (2, 5) if quick else (15, 50)
+                self._section(f"history: the hash-chain trigger's lookup of a job's previous event across "
+                              f"{counts[0]} and {counts[1]} weekly partitions")
+                chain = history_bench.chain_lookup(counts=counts, attempts=2_000 if quick else 20_000,
+                                                   inserts=200 if quick else 2_000)
+                self._rows(chain)
+                sizes = (2_000, 8_000) if quick else (20_000, 100_000)
+                self._section(f"history: 30 days generated at {sizes[0]:,} and {sizes[1]:,} attempts, a 7-day "
+                              "retention pass beside the ledger cycle, its archive verified")
+                with tempfile.TemporaryDirectory(prefix="reckon-bench-archive-") as folder:
+                    report["history"] = history_bench.history(sizes=sizes, workers=2 if quick else 4,
+                                                              seconds=seconds, folder=Path(folder))
+                report["history"]["pages"] = pages
+                report["history"]["chain_lookup"] = chain
+                self._rows(report["history"]["rows"])
+                self._rows([report["history"]["extrapolated_30M_events"]])
         finally:
             world.close()
         report["targets"] = self._targets(report)
@@ -196,6 +223,11 @@ class Command(BaseCommand):
         if "peers" in report:
             measured["peers_agent_once_ratio_at_4"] = report["peers"]["ratios"]["agent_once_at_4"]["ratio"]
             measured["peers_pgbench_ratio_at_4"] = report["peers"]["ratios"]["pgbench_at_4"]["ratio"]
+        if "history" in report:
+            measured["retention_cycle_ratio"] = min(r["ratio"] for r in report["history"]["rows"])
+            large, small = report["history"]["pages"]["large_run"], report["history"]["pages"]["small_run"]
+            measured["history_page_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)
+                                                  for a, b in zip(small["pages"], large["pages"], strict=True))
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():

@@ -1,0 +1,25 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger.archive import ArchiveInvalid
+from ledger.services.retention import RESTORED_SCHEMA, restore_archive
+
+
+class Command(BaseCommand):
+    help = (f"Bring an archived period back for an investigation, read-only: the file is verified, then its "
+            f"events and jobs are loaded into tables of the schema {RESTORED_SCHEMA} (the live ledger is not "
+            "touched; `--drop` removes them again).")
+
+    def add_arguments(self, parser):
+        parser.add_argument("file")
+        parser.add_argument("--drop", action="store_true", help="remove what an earlier restore of this file loaded")
+
+    def handle(self, *args, **options):
+        try:
+            table, events = restore_archive(options["file"], drop=options["drop"])
+        except (ArchiveInvalid, OSError, ValueError) as fault:
+            raise CommandError(f"{options['file']} not restored: {fault}") from None
+        if options["drop"]:
+            self.stdout.write(self.style.SUCCESS(f"restore_archive: {table} dropped"))
+        else:
+            self.stdout.write(self.style.SUCCESS(
+                f"restore_archive: {events} events in {table} (read-only), its jobs in {table}_jobs"))

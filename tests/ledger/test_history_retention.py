@@ -1,0 +1,411 @@
+"""Issue 28: the history partitioned by time, retained by policy, archived verifiably, and an
+archived key never run again. Real PostgreSQL partitions, small: each test lays out its own (one
+from an hour ago; `cut_here` ends the latest at this moment and starts the next), so the work it
+does lands in partitions it can expire by passing a later `now` to the retention pass."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError, connection, transaction
+
+from config.schedules import SCHEDULES
+from ledger import services
+from ledger.invariants import find_violations
+from ledger.models import HistoryCheckpoint, Job, JobTombstone, LedgerEvent
+from ledger.partitions import EVENTS, covered_until, ensure, ensure_ahead, partitions
+from ledger.services.retention import run_retention_pass
+from ledger.tasks import create_partitions_ahead
+from tests.conftest import expire_lease, make_job
+from tests.processes import ROOT, ManagedProcess, database_url_of_tests, wait_for
+
+
+def fresh_layout() -> None:
+    """Drop the (empty) partitions; one from an hour ago on holds what the test writes."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        for partition in partitions():
+            cursor.execute(f'DROP TABLE "{partition.name}"')
+        cursor.execute("SELECT clock_timestamp() - interval '1 hour'")
+        (start,) = cursor.fetchone()
+        cursor.execute(f"CREATE TABLE {EVENTS}_t0 PARTITION OF {EVENTS} FOR VALUES FROM (%s) TO (%s)",
+                       [start, start + timedelta(days=3650)])
+
+
+def cut_here():
+    """End the latest partition now (re-attached with its rows); the next one starts here."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # deferred FK checks first, or ALTER refuses
+        cursor.execute("SELECT clock_timestamp()")
+        (moment,) = cursor.fetchone()
+        existing = partitions()
+        last = existing[-1]
+        cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{last.name}"')
+        cursor.execute(f'ALTER TABLE {EVENTS} ATTACH PARTITION "{last.name}" FOR VALUES FROM (%s) TO (%s)',
+                       [last.start, moment])
+        cursor.execute(f"CREATE TABLE {EVENTS}_t{len(existing)} PARTITION OF {EVENTS} FOR VALUES FROM (%s) TO (%s)",
+                       [moment, last.end])
+    return moment
+
+
+def finish(job_id: str, tenant: str = "acme") -> Job:
+    make_job(job_id, tenant=tenant)
+    lease = services.claim_job(job_id=job_id, worker="w")
+    services.begin_side_effect(lease=lease)
+    services.record_success(lease=lease, result_ref=f"r-{job_id}")
+    return Job.objects.get(job_id=job_id)
+
+
+def retention_pass(after):
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    return run_retention_pass(now=after + timedelta(days=1, seconds=1))
+
+
+def broken() -> dict[str, int]:
+    return {f.check: f.count for f in find_violations() if f.count}
+
+
+@pytest.fixture
+def archive_dir(settings, tmp_path):
+    settings.RECKON_HISTORY_ARCHIVE_DIR = str(tmp_path / "archive")
+    settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
+    settings.RECKON_HISTORY_RETENTION_BY_TENANT = {}
+    return tmp_path / "archive"
+
+
+@pytest.mark.django_db
+def test_partitions_are_created_ahead_once_and_hold_the_present(settings):
+    settings.RECKON_HISTORY_PARTITION_DAYS = 2
+    settings.RECKON_HISTORY_PARTITIONS_AHEAD = 3
+    fresh_layout()
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(f'DROP TABLE "{EVENTS}_t0"')
+    assert any(schedule.task is create_partitions_ahead for schedule in SCHEDULES)  # the cluster runs it
+    assert create_partitions_ahead() == 4  # the present's partition and three ahead
+    assert ensure_ahead() == []  # the second time: nothing to do
+    until = covered_until()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        (now,) = cursor.fetchone()
+    assert now + timedelta(days=6) <= until <= now + timedelta(days=8)
+    bounds = partitions()
+    assert all(a.end == b.start for a, b in zip(bounds, bounds[1:], strict=False))  # no gap, no overlap
+    # A gap in the past is filled up to the first partition, never over it.
+    assert ensure(bounds[0].start - timedelta(days=3), bounds[0].start + timedelta(days=1))
+    assert partitions()[1].end == bounds[0].start == partitions()[2].start
+    finish("now")  # written into the present's partition
+    assert LedgerEvent.objects.filter(job__job_id="now").count() == 4
+
+
+@pytest.mark.django_db
+def test_the_history_stays_append_only_in_every_partition():
+    fresh_layout()
+    finish("ok")
+    with pytest.raises(DatabaseError, match="Cannot update or delete"), transaction.atomic():
+        LedgerEvent.objects.filter(job__job_id="ok").update(note="rewritten")
+    with pytest.raises(DatabaseError, match="Cannot update or delete"), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {EVENTS}_t0")
+    assert broken() == {}
+
+
+@pytest.mark.django_db
+def test_a_retention_pass_archives_an_expired_partition_whole(archive_dir):
+    fresh_layout()
+    done = finish("done")
+    spans = finish("spans")
+    cut_here()
+    comment = services.comment_on_job(job_id="spans", author="ann", actor_type="operator", text="still true")
+    make_job("open")  # pending, in the next partition: that one stays
+    later = cut_here()
+
+    result = retention_pass(later)
+
+    assert [c.partition for c in result.archived] == [f"{EVENTS}_t0"]
+    assert "open" in result.stopped and "pending" in result.stopped
+    assert [p.name for p in partitions()] == [f"{EVENTS}_t1", f"{EVENTS}_t2"]
+    checkpoint = HistoryCheckpoint.objects.get()
+    assert (checkpoint.events, checkpoint.jobs) == (8, 2)
+    # "done" left with its whole history: a tombstone stays, its rows went (into the file).
+    assert not Job.objects.filter(job_id="done").exists()
+    tombstone = JobTombstone.objects.get(job_id="done")
+    assert (tombstone.status, tombstone.idempotency_key, tombstone.checkpoint) == ("succeeded", done.idempotency_key,
+                                                                                 checkpoint)
+    # "spans" goes on online: its first online event follows the hash the checkpoint carries.
+    comment.refresh_from_db()
+    assert checkpoint.carried == {str(spans.pk): comment.prev_hash}
+    assert Job.objects.filter(job_id="spans").exists() and not JobTombstone.objects.filter(job_id="spans").exists()
+    assert broken() == {}  # ledger_check verifies the online history from the checkpoint
+    call_command("ledger_check", stdout=(out := StringIO()))
+    assert f"1 period(s) archived, the chains verified from the checkpoint of {EVENTS}_t0 (1 job(s) carried on)" \
+        in out.getvalue()
+    path = Path(checkpoint.archive_file)
+    assert path.parent == archive_dir and path.name == f"{EVENTS}_t0.jsonl.gz"
+    call_command("verify_archive", str(path))
+    # Nothing left to do until the next partition expires; never twice, and never made again.
+    assert retention_pass(later).archived == []
+    assert ensure(checkpoint.range_start, checkpoint.range_end) == []
+    assert HistoryCheckpoint.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_archived_key_never_runs_again(archive_dir):
+    fresh_layout()
+    finish("paid-once")
+    later = cut_here()
+    retention_pass(later)
+    events = LedgerEvent.objects.count()
+
+    with pytest.raises(services.JobArchived, match=rf"'paid-once' succeeded on .* archived on .* in {EVENTS}_t0\.jsonl\.gz: a job id is never"):
+        make_job("paid-once")
+
+    assert not Job.objects.filter(job_id="paid-once").exists()
+    assert LedgerEvent.objects.count() == events  # refused: the ledger unchanged
+    make_job("paid-twice")  # another key is welcome
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("unfinished", ["unknown", "held", "pending"])
+def test_a_partition_with_unfinished_work_stays_online(archive_dir, unfinished):
+    fresh_layout()
+    finish("done")
+    if unfinished == "unknown":
+        make_job("x")
+        lease = services.claim_job(job_id="x", worker="w")
+        services.begin_side_effect(lease=lease)
+        expire_lease("x")
+        services.sweep_expired_leases()
+    elif unfinished == "held":
+        make_job("x")
+        services.take_job(job_id="x", holder="ann")
+    else:
+        make_job("x")
+    later = cut_here()
+    events = LedgerEvent.objects.count()
+
+    result = retention_pass(later)
+
+    assert result.archived == [] and "e.g. x" in result.stopped
+    assert ("held by ann" in result.stopped) == (unfinished == "held")
+    assert LedgerEvent.objects.count() == events and JobTombstone.objects.count() == 0
+    assert not any(archive_dir.glob("*.jsonl.gz")) if archive_dir.exists() else True
+
+
+@pytest.mark.django_db
+def test_a_tenant_with_a_longer_retention_holds_its_partitions(archive_dir, settings):
+    settings.RECKON_HISTORY_RETENTION_BY_TENANT = {"bank": 30.0}
+    fresh_layout()
+    finish("a", tenant="acme")
+    finish("b", tenant="bank")
+    later = cut_here()
+    assert "tenant bank keeps its history 30 days" in retention_pass(later).stopped
+    assert run_retention_pass(now=later + timedelta(days=31)).archived
+
+
+def _rewrite(path: Path, change) -> None:
+    lines = [json.loads(raw) for raw in gzip.open(path, "rb")]
+    change(lines)
+    with gzip.open(path, "wb") as stream:
+        for record in lines:
+            stream.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+@pytest.mark.django_db
+def test_verify_archive_finds_an_altered_event_a_cut_file_and_a_swapped_file(archive_dir, tmp_path):
+    fresh_layout()
+    finish("a")
+    finish("b")
+    path = Path(retention_pass(cut_here()).archived[0].archive_file)
+    original = path.read_bytes()
+
+    def alter(lines):
+        lines[3]["note"] = "nothing happened"
+
+    _rewrite(path, alter)
+    with pytest.raises(CommandError, match="does not hash to its recorded hash"):
+        call_command("verify_archive", str(path), "--file-only")
+
+    path.write_bytes(original)
+    _rewrite(path, lambda lines: lines.pop())
+    with pytest.raises(CommandError, match="without a trailer"):
+        call_command("verify_archive", str(path))
+
+    path.write_bytes(original)
+    _rewrite(path, lambda lines: None)  # the same records, another file (its bytes differ)
+    call_command("verify_archive", str(path), "--file-only")
+    with pytest.raises(CommandError, match="not the file that was archived"):
+        call_command("verify_archive", str(path))
+
+    path.write_bytes(original)
+    call_command("verify_archive", str(path))
+
+
+@pytest.mark.django_db
+def test_restore_archive_brings_a_period_back_read_only(archive_dir):
+    fresh_layout()
+    finish("a")
+    path = retention_pass(cut_here()).archived[0].archive_file
+    call_command("restore_archive", path)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT kind FROM reckon_restored.{EVENTS}_t0 ORDER BY id")
+        assert [kind for (kind,) in cursor.fetchall()] == ["enqueued", "claimed", "side_effect_started", "succeeded"]
+        cursor.execute(f"SELECT record->'row'->>'status' FROM reckon_restored.{EVENTS}_t0_jobs WHERE job_id = 'a'")
+        assert cursor.fetchone() == ("succeeded",)
+        with pytest.raises(DatabaseError, match="read-only"), transaction.atomic():
+            cursor.execute(f"UPDATE reckon_restored.{EVENTS}_t0 SET note = 'x'")
+    assert LedgerEvent.objects.count() == 0  # the live ledger untouched
+
+
+@pytest.fixture
+def standard_partitions_afterwards(transactional_db):
+    yield
+    with connection.cursor() as cursor:
+        for partition in partitions():
+            cursor.execute(f'DROP TABLE "{partition.name}"')
+        cursor.execute("SELECT now() - interval '1 day'")
+        (start,) = cursor.fetchone()
+    ensure(start, start + timedelta(days=2))
+    ensure_ahead()
+
+
+def _archive_history(env: dict) -> ManagedProcess:
+    return ManagedProcess([sys.executable, str(ROOT / "manage.py"), "archive_history"],
+                          env={"DATABASE_URL": database_url_of_tests(), **env}, log_name="archive_history").start()
+
+
+@pytest.mark.parametrize("point", ["archive_written", "partition_dropped"])
+def test_a_retention_pass_killed_midway_loses_nothing_and_archives_once(standard_partitions_afterwards, tmp_path,
+                                                                        point):
+    fresh_layout()
+    finish("a")
+    finish("b")
+    cut_here()
+    events = sorted(LedgerEvent.objects.values_list("id", "hash"))
+    env = {"RECKON_HISTORY_ARCHIVE_DIR": str(tmp_path / "archive"), "RECKON_HISTORY_RETENTION_DAYS": "0.0000001"}
+
+    killed = _archive_history({**env, "RECKON_FAULT_POINT": point, "RECKON_FAULT_DIR": str(tmp_path / "faults"),
+                               "RECKON_FAULT_JOBS": f"{EVENTS}_t0"})
+    fired = tmp_path / "faults" / f"{EVENTS}_t0.{point}"
+    wait_for(fired.exists, timeout=60, message=f"the pass to reach {point}")
+    os.kill(killed.pid, signal.SIGKILL)  # the process stopped itself at the point; now it dies there
+    killed.process.wait(timeout=30)
+    killed.stop()
+
+    # Nothing happened: the partition, its events, the jobs, no checkpoint, no tombstone.
+    assert f"{EVENTS}_t0" in [p.name for p in partitions()]
+    assert sorted(LedgerEvent.objects.values_list("id", "hash")) == events
+    assert (HistoryCheckpoint.objects.count(), JobTombstone.objects.count(), Job.objects.count()) == (0, 0, 2)
+    assert broken() == {}
+
+    again = _archive_history(env)
+    assert again.process.wait(timeout=120) == 0, again.output()
+    again.stop()
+    once_more = _archive_history(env)
+    assert once_more.process.wait(timeout=120) == 0, once_more.output()
+    once_more.stop()
+
+    checkpoint = HistoryCheckpoint.objects.get()  # archived once
+    assert checkpoint.partition == f"{EVENTS}_t0" and checkpoint.events == len(events)
+    assert sorted(JobTombstone.objects.values_list("job_id", flat=True)) == ["a", "b"]
+    assert list(Path(tmp_path / "archive").iterdir()) == [Path(checkpoint.archive_file)]  # no leftover partial
+    call_command("verify_archive", checkpoint.archive_file)
+    assert broken() == {}
+
+
+def test_a_retention_pass_gives_way_to_a_writer_and_then_archives(standard_partitions_afterwards, settings,
+                                                                  tmp_path):
+    """A writer holding the attempt table (as a worker's step does) while the pass wants to detach:
+    the pass waits in short turns, never blocking the writer into a deadlock, and archives after."""
+    import threading
+
+    import psycopg
+
+    settings.RECKON_HISTORY_ARCHIVE_DIR = str(tmp_path)
+    settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
+    fresh_layout()
+    finish("a")
+    later = cut_here()
+    writer = psycopg.connect(database_url_of_tests())
+    writer.execute("LOCK TABLE ledger_attempt IN ROW EXCLUSIVE MODE")  # its transaction stays open
+    outcome = {}
+
+    def retention():
+        try:
+            outcome["result"] = run_retention_pass(now=later + timedelta(days=1, seconds=1))
+        finally:
+            connection.close()
+
+    passing = threading.Thread(target=retention)
+    passing.start()
+
+    def the_pass_waits_for_the_writer():
+        (waiting,) = writer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                                    "relation = 'ledger_attempt'::regclass").fetchone()
+        return waiting
+
+    wait_for(the_pass_waits_for_the_writer, timeout=30, message="the pass to wait for the attempt table")
+    # The writer goes on to the job table, as a worker's step does: with the pass holding it while
+    # waiting for the attempts, that would close a deadlock (and one of the two would fail).
+    writer.execute("LOCK TABLE ledger_job IN ROW EXCLUSIVE MODE")
+    writer.commit()
+    writer.close()
+    passing.join(timeout=60)
+    assert [c.partition for c in outcome["result"].archived] == [f"{EVENTS}_t0"]
+    assert JobTombstone.objects.filter(job_id="a").exists() and broken() == {}
+
+
+@pytest.mark.parametrize("step", ["claim", "succeed"])
+def test_a_step_that_waited_for_the_jobs_lock_stamps_its_event_after_it(transactional_db, step):
+    """The worker steps' functions lock the job inside one statement: the event's time is taken
+    after the lock (migration 0022), not at the statement's start, so a job's events stay in time
+    order in id order and its chain never goes back across a partition's boundary."""
+    import threading
+
+    import psycopg
+
+    make_job("locked")
+    lease = None
+    if step == "succeed":
+        lease = services.claim_job(job_id="locked", worker="w")
+        services.begin_side_effect(lease=lease)
+    holder = psycopg.connect(database_url_of_tests())
+    holder.execute("SELECT 1 FROM ledger_job WHERE job_id = 'locked' FOR UPDATE")  # its transaction stays open
+    outcome = {}
+
+    def the_step():
+        try:
+            outcome["done"] = (services.claim_job(job_id="locked", worker="w") if step == "claim"
+                               else services.record_success(lease=lease, result_ref="r"))
+        finally:
+            connection.close()
+
+    stepping = threading.Thread(target=the_step)
+    stepping.start()
+
+    def the_step_waits_for_the_lock():
+        (waiting,) = holder.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' "
+                                    "OR NOT granted AND relation = 'ledger_job'::regclass").fetchone()
+        return waiting
+
+    wait_for(the_step_waits_for_the_lock, timeout=30, message="the step to wait for the job's lock")
+    (released,) = holder.execute("SELECT clock_timestamp()").fetchone()
+    holder.commit()
+    holder.close()
+    stepping.join(timeout=60)
+    assert outcome.get("done") is not None
+    kind = "claimed" if step == "claim" else "succeeded"
+    event = LedgerEvent.objects.get(job__job_id="locked", kind=kind)
+    assert event.at > released, (event.at, released)  # the statement began before: its start is not the stamp
+    times = list(LedgerEvent.objects.filter(job__job_id="locked").order_by("id").values_list("at", flat=True))
+    assert times == sorted(times) and broken() == {}
