@@ -123,7 +123,7 @@ def apply_function() -> ApplyFunction:
     verdicts = f"jsonb_to_recordset(v) AS x({', '.join(f'{name} {kind}' for name, kind in VERDICT_COLUMNS)})"
     applied = f"x.verdict IN ({confirmed}, {not_found}, {unavailable})"
     new_columns, new_values = _new_attempt_columns()
-    event_columns = ('job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, '
+    event_columns = ('job_id, attempt_id, "at", actor_type, actor, kind, "before", "after", note, evidence, '
                      'prev_hash, hash')
     actor = f"left(x.actor, {_max_length(LedgerEvent, 'actor')})"
     body = f"""
@@ -178,9 +178,11 @@ BEGIN
         updated_at = CASE WHEN x.verdict = {unavailable} THEN j.updated_at ELSE statement_timestamp() END
     FROM {verdicts} WHERE j.id = x.job_pk AND {applied};
 
-    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last).
+    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last),
+    -- stamped when written, after the jobs' locks (the column's default is the statement's start, and
+    -- this whole call is one statement: it may have waited on a lock a worker's step held).
     INSERT INTO ledger_ledgerevent ({event_columns})
-    SELECT e.job_pk, e.attempt_id, e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
+    SELECT e.job_pk, e.attempt_id, clock_timestamp(), e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
     FROM (
         SELECT x.position, 1 AS seq, x.job_pk, a.id AS attempt_id, x.actor_type, {actor} AS actor,
             CASE x.verdict WHEN {confirmed} THEN {_sql(EventKind.RECONCILED_CONFIRMED)}

@@ -59,9 +59,11 @@ BEGIN
         updated_at = CASE WHEN x.verdict = 'unavailable' THEN j.updated_at ELSE statement_timestamp() END
     FROM jsonb_to_recordset(v) AS x(job text, attempt bigint, version integer, outcome text, check_count integer, new_count integer, delay float8, actor text, actor_type text, note text, evidence jsonb, result_ref text, replay_note text, reconciler text, asked text, check_evidence jsonb, error text, duration_ms integer, position bigint, verdict text, job_pk bigint, number integer, before jsonb, idempotency_key text) WHERE j.id = x.job_pk AND x.verdict IN ('confirmed', 'not_found', 'unavailable');
 
-    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last).
-    INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash)
-    SELECT e.job_pk, e.attempt_id, e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
+    -- The events, in the findings' order (the reckon_hash_chain trigger links each to its job's last),
+    -- stamped when written, after the jobs' locks (the column's default is the statement's start, and
+    -- this whole call is one statement: it may have waited on a lock a worker's step held).
+    INSERT INTO ledger_ledgerevent (job_id, attempt_id, "at", actor_type, actor, kind, "before", "after", note, evidence, prev_hash, hash)
+    SELECT e.job_pk, e.attempt_id, clock_timestamp(), e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
     FROM (
         SELECT x.position, 1 AS seq, x.job_pk, a.id AS attempt_id, x.actor_type, left(x.actor, 200) AS actor,
             CASE x.verdict WHEN 'confirmed' THEN 'reconciled_confirmed'
