@@ -33,14 +33,16 @@ $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
 # child process on a free port. Much of the suite waits on real processes, so two workers help
-# even on two cores. `make test TEST_WORKERS=0` runs it in one process.
+# even on two cores. `make test TEST_WORKERS=0` runs it in one process. The files are handed out
+# in the order collected, the longest first (tests/conftest.py LONGEST_FIRST), not xdist's default
+# (most tests first), which started the longest last.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(OIDC_PROVIDER)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
 	$(MAKE) --no-print-directory bandit
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The static security scan: any finding not reviewed on its line (`# nosec Bxxx  # why`) fails the
 # build. Bandit warns "nosec encountered ... but no failed test" for parts of an accepted line that

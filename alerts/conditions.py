@@ -25,7 +25,7 @@ from alerts.models import AlertCondition
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.gate import gate_status
 from ledger.models import Job, LedgerEvent
-from ledger.states import UNKNOWN_WORK, EventKind, JobStatus
+from ledger.states import QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,10 @@ def _fenced(rows: QuerySet, tenants: frozenset[str] | None, tenant_field: str = 
     return rows if tenants is None else rows.filter(**{f"{tenant_field}__in": sorted(tenants)})
 
 
-# The queue's tabs (console/selectors/queue.py TABS, which a test compares with these): each part
-# of old unknown work is counted with the statuses of the tab its link opens.
-UNKNOWN_PARTS = (
-    ("need a person", "human", (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)),
-    ("reconciling", "reconciling", (JobStatus.NEEDS_RECONCILIATION,)),
-    ("blocked, nothing sent", "blocked", (JobStatus.BLOCKED,)),
-)
+# How an alert names the old unknown work of each queue tab (ledger.states.QUEUE_TABS, which the
+# console's queue page shows) it counts and links to; the failed tab holds finished jobs.
+UNKNOWN_PARTS = tuple((label, tab, QUEUE_TABS[tab][1]) for label, tab in (
+    ("need a person", "human"), ("reconciling", "reconciling"), ("blocked, nothing sent", "blocked")))
 
 
 def unknown_too_old(tenants: frozenset[str] | None = None) -> Reading:

@@ -125,6 +125,18 @@ UNKNOWN_WORK = (
     JobStatus.BLOCKED,
 )
 
+# The unknown-work queue's tabs, as the console's queue page shows them and the alerts' links open
+# them: key -> (label, the job statuses the tab lists). Blocked jobs never sent anything (their
+# identity check failed first): apart from the work that may have reached the provider. Failed jobs
+# did nothing (the provider refused, or every attempt was used): they wait for a retry or to be
+# closed, apart from the unknown work.
+QUEUE_TABS = {
+    "human": ("Needs a human", (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)),
+    "blocked": ("Blocked, nothing sent", (JobStatus.BLOCKED,)),
+    "reconciling": ("Reconciling", (JobStatus.NEEDS_RECONCILIATION,)),
+    "failed": ("Failed", (JobStatus.FAILED,)),
+}
+
 # The part of the unknown-work queue that waits for a person (not for the reconciler).
 NEEDS_HUMAN = (
     JobStatus.NEEDS_OPERATOR,

@@ -131,3 +131,27 @@ def smtp_sandbox(smtp_sandbox_process, settings):
     for name, value in smtp_sandbox_process.settings.items():
         setattr(settings, name, value)
     return smtp_sandbox_process
+
+
+# The suite's longest files, longest first (seconds a file took in `make test`, measured with
+# `pytest --durations`; keep the list in that order when one is added or made cheaper). xdist
+# hands files to its workers in the order collected (`make test` passes --no-loadscope-reorder:
+# by default it puts the files with the most tests first, which started these last and left one
+# worker running them alone at the end), so these start first and the short files fill in beside them.
+LONGEST_FIRST = (
+    "tests/browser/test_accessibility.py",  # every page for four roles, busy and empty, under axe
+    "tests/bench/test_bench_quick.py",
+    "tests/chaos/test_matrix.py",
+    "tests/api/test_live.py",  # Schemathesis, twice
+    "tests/ledger/test_stateful.py",
+    "tests/deploy/test_install.py",  # a fresh environment with the wheel installed
+    "tests/docs/test_readme.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    if missing := [path for path in LONGEST_FIRST if not (config.rootpath / path).is_file()]:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that are not there: {missing}")
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest in order

@@ -19,23 +19,10 @@ from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from console.selectors.triage import attach_triage
 from ledger.models import Attempt, Job
-from ledger.states import UNKNOWN_WORK, JobStatus
+from ledger.states import QUEUE_TABS, UNKNOWN_WORK
 
-RECONCILING = (JobStatus.NEEDS_RECONCILIATION,)
-# Blocked jobs never sent anything (their identity check failed first): apart from work that may
-# have reached the provider, with decisions of their own.
-BLOCKED = (JobStatus.BLOCKED,)
-MAY_HAVE_SENT = (JobStatus.NEEDS_OPERATOR, JobStatus.ESCALATED, JobStatus.AWAITING_APPROVAL)
-# Failed jobs did nothing (the provider refused, or every attempt was used): they wait for a retry
-# or to be closed, apart from the unknown work.
-FAILED = (JobStatus.FAILED,)
-
-TABS = {
-    "human": ("Needs a human", MAY_HAVE_SENT),
-    "blocked": ("Blocked, nothing sent", BLOCKED),
-    "reconciling": ("Reconciling", RECONCILING),
-    "failed": ("Failed", FAILED),
-}
+TABS = QUEUE_TABS  # the alerts link into these tabs too
+MAY_HAVE_SENT, FAILED = TABS["human"][1], TABS["failed"][1]
 QUEUED_STATUSES = tuple(status for _, statuses in TABS.values() for status in statuses)
 
 

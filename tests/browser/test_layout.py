@@ -59,7 +59,7 @@ def test_at_1440_px_no_table_cell_is_cut_off(live_server, browser, log_in, opera
     folder.mkdir(exist_ok=True)
     clipped = {}
     for name, url in _pages(busy_console).items():
-        page.goto(live_server.url + url, wait_until="networkidle")
+        page.goto(live_server.url + url, wait_until="load")  # served whole: no request after it
         page.screenshot(path=folder / f"{WIDE}-{name}.png", full_page=True)
         if found := page.evaluate(CLIPPED_CELLS):
             clipped[name] = found
@@ -77,7 +77,7 @@ def test_at_390_px_the_queue_and_job_pages_fit_the_screen(
     folder.mkdir(exist_ok=True)
     wide = {}
     for name, url in _pages(busy_console).items():
-        page.goto(live_server.url + url, wait_until="networkidle")
+        page.goto(live_server.url + url, wait_until="load")  # served whole: no request after it
         page.screenshot(path=folder / f"{NARROW}-{name}.png", full_page=True)
         size = page.evaluate(OVERFLOW)
         if size["scroll"] > size["client"]:
