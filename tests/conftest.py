@@ -11,9 +11,16 @@ os.environ.setdefault("RECKON_GATE_BOUND_S", "0")
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from ledger import services
 from ledger.models import Attempt, Job
+
+# The suite shares a 2-core machine with the real processes it starts: an example that is slow to
+# make or to run is load, not a finding. Tests that set their own Hypothesis settings keep them.
+hypothesis_settings.register_profile("reckon", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("reckon")
 
 
 @pytest.fixture(autouse=True)
