@@ -16,7 +16,7 @@ from api.models import WorkerToken
 from api.schemas import Lease, Result
 from api.views import api as ninja_api
 from ledger.models import Attempt
-from tests.api.conftest import ledger_state, lease_body
+from tests.api.conftest import lease_body, ledger_state
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
