@@ -372,11 +372,13 @@ WHERE j.job_id = %(job)s AND {IN_SCOPE}
     # A new job that its caller claims and begins at once (the MCP gateway): enqueue, claim and
     # begin in one statement and one durable commit. Each function runs its statements on a new
     # snapshot, so the claim sees the job the enqueue inserted, and begin the claim's lease. The claim
-    # names `e` (an empty string of it) so that it runs for the enqueued row only, after it.
+    # names `e` (an empty string of it) so that it runs for the enqueued row only, after it. LIMIT 1
+    # tells the planner so: a set-returning function is estimated at 1,000 rows, and the three
+    # nested (10^9) cost enough that PostgreSQL JIT-compiled the statement, 2.5 s a call (measured).
     "enqueue_claim_begin": f"""
 SELECT e.created_at, {", ".join(f"c.{column}" for column in LEASE_COLUMNS)}, b.id
-FROM reckon_enqueue(%(job)s, %(tenant)s, %(action)s, %(payload)s, %(identity)s, %(policy)s, %(key)s,
-                    %(actor)s, %(actor_type)s) e
+FROM (SELECT * FROM reckon_enqueue(%(job)s, %(tenant)s, %(action)s, %(payload)s, %(identity)s, %(policy)s,
+                                   %(key)s, %(actor)s, %(actor_type)s) LIMIT 1) e
 CROSS JOIN LATERAL reckon_claim(%(job)s || left(e.id::text, 0), %(worker)s, %(ttls)s, false) c
 LEFT JOIN LATERAL reckon_begin(%(job)s, c.id, %(worker)s, c.lease_token, %(ttls)s, %(sent_to)s) b ON true
 """,  # nosec B608  # as above

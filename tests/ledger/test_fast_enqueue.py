@@ -69,3 +69,17 @@ def test_bad_input_is_refused_before_anything_is_written():
     with pytest.raises(services.InvalidJob):
         services.enqueue_claim_and_begin(**JOB, worker="agent", sent_to="a\x01b")
     assert _ledger_rows() == before
+
+
+def test_the_statement_is_planned_cheap_enough_never_to_be_jit_compiled():
+    """A set-returning function is estimated at 1,000 rows: three of them nested once cost enough
+    that PostgreSQL JIT-compiled the statement, 2.5 s a call. LIMIT 1 on the enqueue says one row."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('jit_above_cost')::float8")
+        jit_above_cost = cursor.fetchone()[0]
+        cursor.execute("EXPLAIN (FORMAT JSON) " + fastpath.STATEMENTS["enqueue_claim_begin"], {
+            "job": "j", "tenant": "acme", "action": "reckon.echo", "payload": "{}", "identity": "{}", "policy": None,
+            "key": "k", "actor": "a", "actor_type": "worker", "worker": "a", "ttls": "{}", "sent_to": ""})
+        plan = cursor.fetchone()[0]
+    plan = plan[0] if isinstance(plan, list) else __import__("json").loads(plan)[0]
+    assert plan["Plan"]["Total Cost"] < jit_above_cost
