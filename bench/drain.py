@@ -163,7 +163,7 @@ def raw_lookups(jobs: list[Job], *, concurrency: int, seconds: float) -> tuple[f
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_cpu(root: int | None) -> float:
+def tree_cpu(root: int | None) -> float:
     """CPU seconds used so far by process `root` and its descendants (the exited ones included)."""
     if root is None:
         return 0.0
@@ -186,8 +186,8 @@ def _tree_cpu(root: int | None) -> float:
 def cpu_snapshot(world: World) -> dict[str, float]:
     """CPU seconds so far of this process (the reconciler or the raw lookups), the sandbox and PostgreSQL."""
     own = os.times()
-    return {"self": own.user + own.system, "sandbox": _tree_cpu(world.sandbox.pid),
-            "postgres": _tree_cpu(world.cluster.postmaster_pid())}
+    return {"self": own.user + own.system, "sandbox": tree_cpu(world.sandbox.pid),
+            "postgres": tree_cpu(world.cluster.postmaster_pid())}
 
 
 def cpu_per_job(before: dict, after: dict, jobs: int) -> dict[str, float]:

@@ -19,7 +19,7 @@ import uuid
 
 from django.db import connections
 
-from bench.drain import _tree_cpu
+from bench.drain import tree_cpu
 from chaos.world import ROOT, Worker, World, answers, wait_until
 from sandbox.testing import free_port
 
@@ -69,8 +69,8 @@ def _cpu(world: World, gateway: Worker, upstream: Worker) -> dict[str, float]:
     """CPU seconds so far of the client processes (this process's children), the gateway, the
     upstream and PostgreSQL: the 4-client rate is bound by the CPU a call costs on these two cores."""
     own = os.times()
-    return {"clients": own.children_user + own.children_system, "gateway": _tree_cpu(gateway.process.pid),
-            "upstream": _tree_cpu(upstream.process.pid), "postgres": _tree_cpu(world.cluster.postmaster_pid())}
+    return {"clients": own.children_user + own.children_system, "gateway": tree_cpu(gateway.process.pid),
+            "upstream": tree_cpu(upstream.process.pid), "postgres": tree_cpu(world.cluster.postmaster_pid())}
 
 
 def _cpu_ms_per_call(before: dict, after: dict, calls: int) -> str:

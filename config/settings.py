@@ -144,6 +144,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # /api/v1/ (Bearer tokens, no cookies) goes from here straight to its view (api/lane.py).
+    "api.lane.WorkerApiLane",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -2,6 +2,7 @@
 what the agent is told when the ledger already knows (or cannot know) the outcome.
 
     open_call   enqueue-or-get the key's job; answer from the ledger, or claim and begin the side effect
+                (a new key of a reversible tool: all three in one statement, ledger.fastpath)
     close_call  the upstream answered: its result is recorded (success, or the tool's error)
     lose_call   timeout, cancel, dropped connection: unknown, never failed
 
@@ -34,6 +35,7 @@ from ledger.services import (
     LedgerError,
     StaleLease,
     claim_and_begin,
+    enqueue_claim_and_begin,
     enqueue_job,
     latest_attempt,
     lock_job,
@@ -126,6 +128,16 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
     job_id, made_of = job_id_for(policy, tenant, arguments, meta)
     payload = {"upstream": policy.upstream, "tool": policy.tool, "arguments": redacted(policy, arguments),
                "arguments_digest": arguments_digest(arguments), "key_made_of": made_of}
+    if policy.effect != "irreversible":  # (an irreversible tool may have to ask a person first)
+        # A new key, in the ordinary case: enqueued, claimed and begun in one round trip and one
+        # durable commit. A key seen before (None) takes the general path below.
+        try:
+            lease = enqueue_claim_and_begin(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
+                                            worker=agent)
+        except InvalidJob as exc:
+            raise Refused(str(exc)) from None
+        if lease is not None:
+            return Go(job_id, lease, lease.job.idempotency_key)
     with transaction.atomic():
         try:
             job = enqueue_job(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,

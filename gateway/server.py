@@ -124,8 +124,21 @@ def _result(answer: calls.Answer) -> types.CallToolResult:
     })
 
 
+def tool_input_schema(name: str) -> dict | None:
+    """The input schema of `<upstream>.<tool>` as the upstream last listed it, for the SDK's check of
+    a call's Mcp-Param-* headers. Without it the SDK runs this server's whole tools/list (which
+    asks every upstream) before each tools/call: measured, that was a third of a call's time in
+    the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
+    skips that check, as the SDK does when a listing fails; the call itself is still checked
+    against the token and the tool's declared policy."""
+    upstream_name, _, tool = name.partition(".")
+    listed = upstreams.listed_tool(upstream_name, tool)
+    return None if listed is None else listed.input_schema
+
+
 def build_server() -> Server:
-    return Server("reckon-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server("reckon-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
+                  get_tool_input_schema=tool_input_schema)
 
 
 class BearerTokens:

@@ -20,6 +20,10 @@ logger = logging.getLogger("reckon.gateway")
 # one request to the upstream, not a connection, a protocol probe and a request.
 _shared: dict[str, Client] = {}
 RECONNECT_AFTER_S = 1.0
+# Each upstream's tools as it last listed them (name -> Tool): the input schemas the SDK checks a
+# call's Mcp-Param-* headers against (gateway.server.tool_input_schema). Filled when the shared
+# client connects and on every listing, so a tools/call does not list the upstream's tools again.
+_listed: dict[str, dict[str, object]] = {}
 
 
 @asynccontextmanager
@@ -43,6 +47,7 @@ async def _hold(upstream: Upstream) -> None:
         try:
             async with connected(upstream) as client:
                 _shared[upstream.name] = client
+                await list_tools(upstream)
                 await anyio.sleep_forever()
         except Exception as exc:
             logger.warning("MCP upstream %s: connection lost or refused (%s); connecting per call meanwhile",
@@ -97,4 +102,11 @@ async def call_tool(upstream: Upstream, tool: str, arguments: dict, *, key: str 
 
 async def list_tools(upstream: Upstream) -> list:
     async with client_for(upstream) as client:
-        return list((await client.list_tools()).tools)
+        tools = list((await client.list_tools()).tools)
+    _listed[upstream.name] = {tool.name: tool for tool in tools}
+    return tools
+
+
+def listed_tool(upstream_name: str, tool: str):
+    """The upstream's tool as it last listed it, or None (not listed yet, or not its tool)."""
+    return _listed.get(upstream_name, {}).get(tool)

@@ -17,12 +17,13 @@ its output changes, tests/ledger/test_fast_path.py fails and names the migration
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import connection, models
 from psycopg.types.json import Jsonb
 
 from ledger.actions import registered_actions
@@ -68,8 +69,8 @@ class StepFunction:
 
 
 def step_functions() -> list[StepFunction]:
-    """The three functions, in the order a migration installs them."""
-    return [_claim(), _begin(), _succeed()]
+    """The functions, in the order a migration installs them."""
+    return [_claim(), _begin(), _succeed(), _enqueue()]
 
 
 def _sql(value) -> str:
@@ -263,6 +264,78 @@ BEGIN
 END """)  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
 
 
+def _literal(field, value) -> str:
+    """A model field's Python default as an SQL literal of the field's column."""
+    if hasattr(value, "value"):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return _sql(json.dumps(value)) + "::jsonb"
+    return _sql(value)
+
+
+def insert_values(model, given: dict[str, str]) -> tuple[str, str]:
+    """The column list and VALUES of a new row of `model`: `given` (column -> SQL) where it says,
+    each other field's default as the model declares it (Python default, db_default, or NULL)."""
+    columns, values = [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        if field.column in given:
+            value = given[field.column]
+        elif field.has_default():
+            value = _literal(field, field.get_default())
+        elif field.has_db_default():
+            value = "now()"  # created_at, updated_at: Now(), as Django inserts them
+            if not isinstance(field, models.DateTimeField):
+                raise TypeError(f"{model.__name__}.{field.name}: a db_default the fast path cannot write")
+        elif field.null:
+            value = "NULL"
+        else:
+            raise TypeError(f"{model.__name__}.{field.name} has no default: the fast path must be given it")
+        columns.append(field.column)
+        values.append(value)
+    return ", ".join(columns), ", ".join(values)
+
+
+# A job enqueued by a caller that claims it itself at once (the MCP gateway: no worker is handed
+# it): the job, its first attempt and the `enqueued` event, as enqueue_job writes them with
+# dispatch=False. An id (or key) already taken changes nothing (no row): enqueue_job then compares.
+def _enqueue() -> StepFunction:
+    job_columns, job_values = insert_values(Job, {
+        "job_id": "p_job", "tenant": "p_tenant", "action": "p_action", "payload": "p_payload",
+        "identity": "p_identity", "policy": "p_policy", "idempotency_key": "p_key",
+    })
+    attempt_columns, attempt_values = insert_values(Attempt, {"job_id": "j.id", "number": "1"})
+    enqueued = (
+        "INSERT INTO ledger_ledgerevent (job_id, attempt_id, actor_type, actor, kind, \"before\", \"after\", "  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
+        f"note, evidence, prev_hash, hash) VALUES (j.id, a.id, p_actor_type, "
+        f"left(p_actor, {_max_length(LedgerEvent, 'actor')}), {_sql(EventKind.ENQUEUED)}, '{{}}'::jsonb, "
+        f"{snapshot_sql('j.status')}, '', '{{}}'::jsonb, '', '');"
+    )
+    arguments = ("p_job text, p_tenant text, p_action text, p_payload jsonb, p_identity jsonb, p_policy jsonb, "
+                 "p_key text, p_actor text, p_actor_type text")
+    return StepFunction("reckon_enqueue", arguments, f"""
+DECLARE
+    j ledger_job%ROWTYPE;
+    a ledger_attempt%ROWTYPE;
+BEGIN
+    INSERT INTO ledger_job ({job_columns}) VALUES ({job_values})
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO j;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO ledger_attempt ({attempt_columns}) VALUES ({attempt_values})
+    RETURNING * INTO a;
+    {enqueued}
+    RETURN NEXT a;
+END """)  # nosec B608  # SQL generated from our own vocabulary (states.py), no input
+
+
 # -- calling them: one statement per step ----------------------------------------------------------
 #
 # Each step's statement names the job by id and may carry a scope (the tenants and actions a
@@ -299,6 +372,19 @@ SELECT {", ".join(f"j.{name}" for name in JOB_FIELDS)}, statement_timestamp(),
 FROM ledger_job j CROSS JOIN LATERAL reckon_claim(j.job_id, %(worker)s, %(ttls)s, false) c
 LEFT JOIN LATERAL reckon_begin(j.job_id, c.id, %(worker)s, c.lease_token, %(ttls)s, %(sent_to)s) b ON true
 WHERE j.job_id = %(job)s AND {IN_SCOPE}
+""",  # nosec B608  # as above
+    # A new job that its caller claims and begins at once (the MCP gateway): enqueue, claim and
+    # begin in one statement and one durable commit. Each function runs its statements on a new
+    # snapshot, so the claim sees the job the enqueue inserted, and begin the claim's lease. The claim
+    # names `e` (an empty string of it) so that it runs for the enqueued row only, after it. LIMIT 1
+    # tells the planner so: a set-returning function is estimated at 1,000 rows, and the three
+    # nested (10^9) cost enough that PostgreSQL JIT-compiled the statement, 2.5 s a call (measured).
+    "enqueue_claim_begin": f"""
+SELECT e.created_at, {", ".join(f"c.{column}" for column in LEASE_COLUMNS)}, b.id
+FROM (SELECT * FROM reckon_enqueue(%(job)s, %(tenant)s, %(action)s, %(payload)s, %(identity)s, %(policy)s,
+                                   %(key)s, %(actor)s, %(actor_type)s) LIMIT 1) e
+CROSS JOIN LATERAL reckon_claim(%(job)s || left(e.id::text, 0), %(worker)s, %(ttls)s, false) c
+LEFT JOIN LATERAL reckon_begin(%(job)s, c.id, %(worker)s, c.lease_token, %(ttls)s, %(sent_to)s) b ON true
 """,  # nosec B608  # as above
     "begin": f"""
 SELECT {ATTEMPT_SELECT} FROM ledger_job j
@@ -411,6 +497,25 @@ def claim_begin(*, job_id: str, worker: str, sent_to: str, scope: Scope = EVERYT
         return None
     job, leased = _claimed(row[:-1])
     return job, leased, row[-1] is not None
+
+
+def enqueue_claim_begin(*, job_id: str, tenant: str, action: str, payload: dict, identity: dict, policy: dict | None,
+                        key: str, actor: str, actor_type: str, worker: str, sent_to: str) -> tuple[Job, tuple, bool] | None:
+    """reckon_enqueue, reckon_claim and reckon_begin in one statement: the new job (running), the
+    lease's columns, and whether the side effect was begun; None: nothing was enqueued and claimed
+    (the id is taken, or the claim declined: then the job is enqueued, and the caller's general
+    path finds it)."""
+    row = run_step("enqueue_claim_begin", {
+        "job": job_id, "tenant": tenant, "action": action, "payload": Jsonb(payload), "identity": Jsonb(identity),
+        "policy": Jsonb(policy) if policy is not None else None, "key": key, "actor": actor,
+        "actor_type": actor_type, "worker": worker, "ttls": ungated_actions(), "sent_to": sent_to,
+    })
+    if row is None:
+        return None
+    created_at, *leased, begun = row
+    job = Job(job_id=job_id, tenant=tenant, action=action, payload=payload, identity=identity, policy=policy,
+              idempotency_key=key, status=JobStatus.RUNNING, created_at=created_at, updated_at=created_at)
+    return job, tuple(leased), begun is not None
 
 
 def begin(*, job_id: str, attempt_id: int | None, owner: str, token: int, sent_to: str,

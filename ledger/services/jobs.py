@@ -33,18 +33,8 @@ def enqueue_job(
     this call created it (`created_now`): of many concurrent identical enqueues, exactly one did.
     `dispatch=False`: the caller claims the job itself at once (the MCP gateway), so no worker is
     handed it or woken for it."""
-    job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
-    try:
-        validate_job_id(job_id)
-    except InvalidIdentifier as exc:
-        raise InvalidJob(str(exc)) from None
-    declared = get_action(action)  # raises UnknownAction with the list of known ones
-    payload = json_object("payload", payload)
-    identity = json_object("identity", identity or {})
-    missing = [name for name in declared.identity if name not in identity]
-    if missing:
-        raise InvalidJob(f"action {action} binds each job to the identity fields {', '.join(declared.identity)}: "
-                         f"identity lacks {', '.join(missing)}")
+    job_id, tenant, declared, payload, identity = checked_job(job_id=job_id, tenant=tenant, action=action,
+                                                              payload=payload, identity=identity)
     try:
         with transaction.atomic():
             job = Job.objects.create(
@@ -93,6 +83,24 @@ def enqueue_job(
                                    note="the same job was enqueued again; the existing job is returned")
     job.created_now = False
     return job
+
+
+def checked_job(*, job_id: str, tenant: str, action: str, payload, identity):
+    """A new job's fields as the ledger keeps them, with its declared action; InvalidJob (or
+    UnknownAction) says what is wrong, before anything is written."""
+    job_id, tenant = clean_text("job_id", job_id, 200), clean_text("tenant", tenant, 100)
+    try:
+        validate_job_id(job_id)
+    except InvalidIdentifier as exc:
+        raise InvalidJob(str(exc)) from None
+    declared = get_action(action)  # raises UnknownAction with the list of known ones
+    payload = json_object("payload", payload)
+    identity = json_object("identity", identity or {})
+    missing = [name for name in declared.identity if name not in identity]
+    if missing:
+        raise InvalidJob(f"action {action} binds each job to the identity fields {', '.join(declared.identity)}: "
+                         f"identity lacks {', '.join(missing)}")
+    return job_id, tenant, declared, payload, identity
 
 
 def clean_text(name: str, value, limit: int) -> str:

@@ -31,7 +31,7 @@ from ledger.services.errors import (
     NotInScope,
     StaleLease,
 )
-from ledger.services.jobs import json_object
+from ledger.services.jobs import checked_job, idempotency_key_for, json_object
 from ledger.services.sweeper import expire_lease, first_look
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
 from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
@@ -270,6 +270,28 @@ def claim_and_begin(*, job_id: str, worker: str, sent_to: str | None = None, sco
         if begun:
             return lease
     begin_side_effect(lease=lease, sent_to=sent_to, scope=scope)
+    return lease
+
+
+def enqueue_claim_and_begin(*, job_id: str, tenant: str, action: str, payload, worker: str,
+                            actor_type: str = ActorType.WORKER, sent_to: str | None = None) -> Lease | None:
+    """enqueue_job (dispatch=False), then claim_and_begin, for a caller that runs a new job itself at
+    once (the MCP gateway): in the ordinary case all three in one round trip and one durable commit.
+    The lease; None when the job was not new (or the claim declined): then nothing was begun, and
+    the caller takes its general path (enqueue_job finds the job and compares)."""
+    job_id, tenant, declared, payload, identity = checked_job(job_id=job_id, tenant=tenant, action=action,
+                                                              payload=payload, identity=None)
+    sent_to = recorded_sent_to(sent_to)
+    started = fastpath.enqueue_claim_begin(
+        job_id=job_id, tenant=tenant, action=action, payload=payload, identity=identity,
+        policy=declared.policy.as_json(), key=idempotency_key_for(action=action, job_id=job_id), actor=worker,
+        actor_type=actor_type, worker=worker, sent_to=sent_to)
+    if started is None:
+        return None
+    job, leased, begun = started
+    lease = Lease(job_id, *leased, job=job)
+    if not begun:
+        begin_side_effect(lease=lease, sent_to=sent_to)
     return lease
 
 

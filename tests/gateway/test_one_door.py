@@ -1,7 +1,7 @@
-"""The gateway takes each step of a call through the ledger's one function per step (claim_and_begin,
-which is claim_job and begin_side_effect in one round trip, and record_success, as the worker
-service and the API do), and so through ledger.fastpath.run_step, the one way to the steps'
-database functions."""
+"""The gateway takes each step of a call through the ledger's one function per step
+(enqueue_claim_and_begin for a new key, which is enqueue_job, claim_job and begin_side_effect in one
+round trip; claim_and_begin for a key seen before; record_success, as the worker service and the
+API do), and so through ledger.fastpath.run_step, the one way to the steps' database functions."""
 
 import uuid
 
@@ -26,9 +26,26 @@ def test_a_call_goes_through_the_ledgers_step_functions(actions_file, monkeypatc
 
     go = calls.open_call(token=token, policy=get_upstream("notes").tools["create_note"], arguments=arguments,
                          meta={}, agent="mcp:door:test")
-    assert isinstance(go, calls.Go) and steps == ["claim_begin"]  # claim_and_begin: both in one statement
+    assert isinstance(go, calls.Go) and steps == ["enqueue_claim_begin"]  # all three in one statement
     answer = calls.close_call(go, {"content": [{"type": "text", "text": "created"}]})
 
-    assert steps == ["claim_begin", "succeed"] and not answer.is_error
+    assert steps == ["enqueue_claim_begin", "succeed"] and not answer.is_error
     assert Job.objects.get(job_id=go.job_id).status == JobStatus.SUCCEEDED
     assert event_kinds(go.job_id) == ["enqueued", "claimed", "side_effect_started", "succeeded"]
+
+
+def test_a_key_seen_before_takes_the_general_path_and_runs_its_next_attempt(actions_file, monkeypatch):
+    steps, run_step = [], fastpath.run_step
+    monkeypatch.setattr(fastpath, "run_step", lambda step, params: steps.append(step) or run_step(step, params))
+    token = authenticate(f"Bearer {worker_token_create(name='door2', tenants=['acme'], actions=['*']).token}")
+    arguments = {"title": f"door-{uuid.uuid4().hex[:8]}", "body": "b"}
+    policy = get_upstream("notes").tools["create_note"]
+
+    first = calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
+    calls.close_call(first, {"content": [{"type": "text", "text": "busy"}], "isError": True})  # retried next call
+    again = calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
+
+    assert isinstance(again, calls.Go) and again.job_id == first.job_id and again.lease.attempt_number == 2
+    # The one statement declined the known key, having changed nothing; the general path claimed it.
+    assert steps == ["enqueue_claim_begin", "enqueue_claim_begin", "claim_begin"]
+    assert event_kinds(first.job_id)[-3:] == ["enqueue_repeated", "claimed", "side_effect_started"]
