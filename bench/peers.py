@@ -44,6 +44,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -306,7 +307,7 @@ def _procrastinate_worker(dsn: str, queue_name: str, seconds: float, queue) -> N
                 pass
             return produced, time.monotonic() - started
 
-    queue.put(asyncio.run(run()))
+    queue.put(_run_async(run()))
 
 
 def _procrastinate_done(site: Site, tag: str) -> int:
@@ -346,7 +347,7 @@ def _pgqueuer_worker(dsn: str, entrypoint: str, seconds: float, queue) -> None:
             await worker
             return produced, time.monotonic() - started
 
-    queue.put(asyncio.run(run()))
+    queue.put(_run_async(run()))
 
 
 def _pgqueuer_done(site: Site, tag: str) -> int:
@@ -385,7 +386,18 @@ def install_peers(site: Site) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await Queries.from_psycopg_connection(conn).install()
 
-    asyncio.run(queues_schema())
+    _run_async(queues_schema())
+
+
+def _run_async(coroutine):
+    """asyncio.run, in a thread of its own when this thread already runs an event loop (the test
+    suite's Playwright session keeps one in the main thread, and a forked child inherits it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 # --- pgbench -N --------------------------------------------------------------------------------
@@ -455,11 +467,16 @@ def run_processes(worker, arguments: list[tuple], *, timeout: float) -> list[tup
     return results
 
 
-def _readings(admin, database: str) -> tuple[int, int]:
-    """Transactions committed in `database` and the cluster's WAL position, once its backends have
-    gone (a backend's counts reach pg_stat_database when it ends, at the latest)."""
-    wait_until(lambda: admin.execute("SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = %s "
-                                     "AND backend_type = 'client backend'", [database]).fetchone()[0],
+def _backends(admin, database: str) -> set[int]:
+    return {pid for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
+                                            "AND backend_type = 'client backend'", [database])}
+
+
+def _readings(admin, database: str, lingering: set[int]) -> tuple[int, int]:
+    """Transactions committed in `database` and the cluster's WAL position, once the round's backends
+    have gone (a backend's counts reach pg_stat_database when it ends, at the latest). `lingering`:
+    the backends connected before the round, of processes the bench's earlier sections keep (idle)."""
+    wait_until(lambda: not _backends(admin, database) - lingering,
                timeout=60, what=f"the connections to {database} to close")
     admin.execute("SELECT pg_stat_clear_snapshot()")
     commits = admin.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [database]).fetchone()[0]
@@ -474,9 +491,10 @@ def measure(site: Site, system: System, *, processes: int, seconds: float, tag: 
     connections.close_all()
     with psycopg.connect(site.dsn("postgres"), autocommit=True) as admin:
         admin.execute("CHECKPOINT")
-        commits, wal = _readings(admin, database)
+        lingering = _backends(admin, database)
+        commits, wal = _readings(admin, database, lingering)
         results = run_processes(system.worker, arguments, timeout=seconds * 20 + 120)
-        commits_after, wal_after = _readings(admin, database)
+        commits_after, wal_after = _readings(admin, database, lingering)
     done, elapsed = sum(d for d, _ in results), max(e for _, e in results)
     recorded = system.recorded(site, tag)
     if recorded == 0 or recorded != done:

@@ -46,7 +46,8 @@ def test_many_addresses_slow_an_account_down_but_not_its_usual_address(operator,
     assert _logged_in(*_login(USUAL, "pw-olga"))  # where olga usually logs in
     _fail_from_many_addresses(4)  # one failure each: no address reaches its own limit
     client, response = _login(NEW, "pw-olga")
-    assert response.status_code == 429 and response["Retry-After"] == "2"
+    # The account's 2 s wait, less what passed since the last failure (over a second on a loaded machine)
+    assert response.status_code == 429 and response["Retry-After"] in ("1", "2")
     page = response.content.decode()
     assert "from several addresses" in page and "Your password was not checked" in page
     assert "_auth_user_id" not in client.session

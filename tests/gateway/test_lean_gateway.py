@@ -11,6 +11,7 @@ import anyio
 from gateway import server
 from gateway import upstream as upstreams
 from gateway.config import get_upstream
+from tests.gateway.conftest import _run
 
 
 def test_the_sdk_takes_input_schemas_from_the_gateways_listing_not_a_tools_list_per_call():
@@ -30,7 +31,7 @@ def test_the_shared_client_lists_the_upstreams_tools_when_it_connects(actions_fi
                 await anyio.sleep(0.05)
             return server.tool_input_schema("notes.create_note")
 
-    schema = anyio.run(connect_and_read)
+    schema = _run(connect_and_read)  # in a thread of its own: Playwright's loop may hold this one
     assert set(schema["properties"]) >= {"title", "body"} and schema["required"] == ["title", "body"]
     assert server.tool_input_schema("notes.no_such_tool") is None
     assert server.tool_input_schema("nowhere.create_note") is None
