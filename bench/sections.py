@@ -476,16 +476,19 @@ def _drop_database(database) -> None:
         admin.close()
 
 
-def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = HISTORY_DAYS) -> dict:
+def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = HISTORY_DAYS,
+             prefix: str = "scale") -> dict:
     """The console and the selection queries with `small`, then `large` attempts in the ledger.
 
     The small history is generated, then copied to a second database where it grows to `large`
     attempts (the same queue, the same job page); every page and query is then measured on both
     databases alternately, so the ratio is measured side by side even on a loaded machine. The
     finished jobs spread over the last `days` days (so over that many days' partitions of events).
+    Job ids start with `prefix` (a second call in one run, the history section's after the scale
+    section's, takes another: the first one's jobs stay in the small history).
     """
     started = time.monotonic()
-    generate(attempts=small, queued=queued, prefix="scale-a", days=days)
+    generate(attempts=small, queued=queued, prefix=f"{prefix}-a", days=days)
     _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
     client, searched = _console_client()  # the login session is copied along with the database
@@ -494,7 +497,7 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = H
     try:
         with _using(large_db):
             started = time.monotonic()
-            grown = generate(attempts=large - small, queued=0, prefix="scale-b", days=days)
+            grown = generate(attempts=large - small, queued=0, prefix=f"{prefix}-b", days=days)
             _sample_history(week=False)
             large_seconds = time.monotonic() - started
         runs = ({"pages": [], "selection": []}, {"pages": [], "selection": []})

@@ -128,7 +128,7 @@ class Command(BaseCommand):
                               f"a year of events ({history_bench.YEAR} days, in "
                               f"{settings.RECKON_HISTORY_PARTITION_DAYS}-day partitions)")
                 pages = sections.at_scale(small=small, large=large, queued=queued, repeats=3 if quick else 20,
-                                          days=history_bench.YEAR)
+                                          days=history_bench.YEAR, prefix="scale-year")
                 self._scale(pages)
                 counts = (2, 5) if quick else (15, 50)
                 self._section(f"history: the hash-chain trigger's lookup of a job's previous event across "
