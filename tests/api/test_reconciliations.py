@@ -123,21 +123,28 @@ def test_four_agents_racing_never_get_the_same_job(pull_actions, token):
     for n in range(6):
         unknown_job(f"race-{n}", "pull.refund", PAYLOAD)
     got: list[str] = []
+    last: list[tuple[int, dict]] = []  # how each agent's loop ended
     barrier = threading.Barrier(4)
 
     def agent(name: str):
         client = ApiClient(token)
         barrier.wait()
-        while (claimed := client.post(CLAIM, {"agent": name})).status == 201:
-            got.append(claimed.json["job"]["job_id"])
-        connection.close()
+        try:
+            while (claimed := client.post(CLAIM, {"agent": name})).status == 201:
+                got.append(claimed.json["job"]["job_id"])
+            last.append((claimed.status, claimed.json))
+        finally:
+            connection.close()
 
     threads = [threading.Thread(target=agent, args=(f"agent-{n}",)) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert sorted(got) == [f"race-{n}" for n in range(6)]  # each once
+    # What the jobs looked like at the end, should an agent have stopped early.
+    seen = list(Job.objects.order_by("job_id").values_list("job_id", "status", "next_check_at"))
+    assert last == [(204, {})] * 4, seen  # each agent stopped because nothing was left
+    assert sorted(got) == [f"race-{n}" for n in range(6)], (got, seen)  # each once
 
 
 def test_a_token_sees_only_its_scope(pull_actions):
