@@ -11,6 +11,7 @@ schema asks for `Mcp-Param-*` headers or whose call the upstream refused for its
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -40,12 +41,15 @@ _http: dict[str, httpx2.AsyncClient] = {}
 # Who the gateway is to its upstreams (the `clientInfo` of every request); it declares no client
 # capabilities (no sampling, roots or elicitation callbacks).
 CLIENT_INFO = types.Implementation(name="reckon-gateway", version="1")
+_CLIENT_INFO_JSON = CLIENT_INFO.model_dump(mode="json", by_alias=True, exclude_none=True)
 _request_ids = itertools.count(1)
 RECONNECT_AFTER_S = 1.0
 # Each upstream's tools as it last listed them (name -> Tool): the input schemas the SDK checks a
 # call's Mcp-Param-* headers against (gateway.server.tool_input_schema). Filled when the shared
 # client connects and on every listing, so a tools/call does not list the upstream's tools again.
 _listed: dict[str, dict[str, object]] = {}
+# Of those, the tools whose input schema mirrors no argument into an Mcp-Param-* header.
+_headerless: dict[str, set[str]] = {}
 
 
 @asynccontextmanager
@@ -143,9 +147,12 @@ async def call_tool(upstream: Upstream, tool: str, arguments: dict, *, key: str 
 def _postable(client: Client, upstream_name: str, tool: str) -> bool:
     """May a call of `tool` be one plain POST: a stateless protocol, and a listed tool whose input
     schema mirrors no argument into a header (the SDK's client adds those)?"""
-    listed = _listed.get(upstream_name, {}).get(tool)
-    return (client.protocol_version in MODERN_PROTOCOL_VERSIONS and listed is not None
-            and "x-mcp-header" not in json.dumps(listed.input_schema))
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS and tool in _headerless.get(upstream_name, ())
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(url: str) -> httpx2.URL:
+    return httpx2.URL(url)  # parsed once, not at every call
 
 
 async def _post_tool_call(client: Client, http: httpx2.AsyncClient, url: str, tool: str, arguments: dict,
@@ -159,11 +166,11 @@ async def _post_tool_call(client: Client, http: httpx2.AsyncClient, url: str, to
     body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
         "name": tool, "arguments": arguments, "_meta": {
             **(meta or {}), types.PROTOCOL_VERSION_META_KEY: version,
-            types.CLIENT_INFO_META_KEY: CLIENT_INFO.model_dump(mode="json", by_alias=True, exclude_none=True),
+            types.CLIENT_INFO_META_KEY: _CLIENT_INFO_JSON,
             types.CLIENT_CAPABILITIES_META_KEY: {}}}}
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
                MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: "tools/call", MCP_NAME_HEADER: tool}
-    async with http.stream("POST", url, content=json.dumps(body, separators=(",", ":")).encode(),
+    async with http.stream("POST", _parsed(url), content=json.dumps(body, separators=(",", ":")).encode(),
                            headers=headers) as response:
         kind = response.headers.get("content-type", "").lower()
         if kind.startswith("text/event-stream") and response.status_code == 200:
@@ -205,6 +212,7 @@ async def list_tools(upstream: Upstream) -> list:
     async with client_for(upstream) as client:
         tools = list((await client.list_tools()).tools)
     _listed[upstream.name] = {tool.name: tool for tool in tools}
+    _headerless[upstream.name] = {tool.name for tool in tools if "x-mcp-header" not in json.dumps(tool.input_schema)}
     return tools
 
 

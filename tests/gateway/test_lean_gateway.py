@@ -10,6 +10,7 @@ import time
 import uuid
 
 import anyio
+import mcp_types as types
 
 from gateway import server
 from gateway import upstream as upstreams
@@ -97,12 +98,22 @@ def test_a_tool_whose_schema_asks_for_param_headers_or_an_older_protocol_goes_th
             headed = listed.model_copy(update={"input_schema": {
                 **listed.input_schema, "properties": {**listed.input_schema["properties"], "title": {
                     "type": "string", "x-mcp-header": "Title"}}}})
-            monkeypatch.setitem(upstreams._listed["notes"], "create_note", headed)
+            later_listing = [headed, *(tool for name, tool in upstreams._listed["notes"].items() if name != "create_note")]
+            monkeypatch.setattr(client, "list_tools", _answering(later_listing))
+            await upstreams.list_tools(notes)
             with_headers = upstreams._postable(client, "notes", "create_note")
             unlisted = upstreams._postable(client, "notes", "no_such_tool")
+            monkeypatch.setattr(client, "list_tools", _answering([listed, *later_listing[1:]]))
+            await upstreams.list_tools(notes)
             monkeypatch.setattr(type(client), "protocol_version", property(lambda self: "2025-11-25"))
-            monkeypatch.setitem(upstreams._listed["notes"], "create_note", listed)
             older = upstreams._postable(client, "notes", "create_note")
             return plain, with_headers, unlisted, older
 
     assert _run(postable) == (True, False, False, False)
+
+
+def _answering(tools):
+    """A stand-in for the client's list_tools that answers this listing (a schema the upstream may change to)."""
+    async def list_tools():
+        return types.ListToolsResult(tools=tools)
+    return list_tools
