@@ -157,19 +157,19 @@ def _claim_refuses() -> str:
             f"       OR NOT p_ttls ? j.action OR {ENQUEUED_IRREVERSIBLE}")
 
 
-def _claim_sets(*, worker: str, token: str, now: str, action: str) -> str:
+def _claim_sets(*, worker: str, fence: str, now: str, action: str) -> str:
     return f"""version = version + 1, updated_at = statement_timestamp(),
         delivery_state = {_sql(Delivery.LEASED)}, execution_state = {_sql(Execution.RUNNING)},
-        lease_owner = {worker}, lease_token = {token},
+        lease_owner = {worker}, lease_token = {fence},
         lease_expires_at = {now} + (p_ttls ->> {action})::float8 * interval '1 second', heartbeat_at = {now}"""
 
 
 def _latest_attempt(job: str) -> str:
-    return f"(SELECT id FROM ledger_attempt WHERE job_id = {job} ORDER BY number DESC LIMIT 1)"
+    return f"(SELECT id FROM ledger_attempt WHERE job_id = {job} ORDER BY number DESC LIMIT 1)"  # nosec B608  # SQL generated here, no input
 
 
-def _claim_job_sets(token: str) -> str:
-    return f"status = {_sql(JobStatus.RUNNING)}, updated_at = statement_timestamp(), lease_seq = {token}"
+def _claim_job_sets(fence: str) -> str:
+    return f"status = {_sql(JobStatus.RUNNING)}, updated_at = statement_timestamp(), lease_seq = {fence}"
 
 
 def _begin_refuses() -> str:
@@ -182,11 +182,11 @@ def _begin_sets(*, now: str, sent_to: str) -> str:
 
 
 # The lease must be this attempt's current, unexpired one; identity verified when the job has one.
-def _begin_holds(*, attempt: str, job: str, owner: str, token: str, now: str, identity: str) -> str:
+def _begin_holds(*, attempt: str, job: str, owner: str, fence: str, now: str, identity: str) -> str:
     was = states_before(Execution.RUNNING, SideEffect.NOT_ATTEMPTED)
     return f"""id = {attempt} AND job_id = {job}
       AND execution_state = {_sql(was["execution_state"])} AND lease_owner = {owner}
-      AND lease_token = {token} AND lease_expires_at > {now}
+      AND lease_token = {fence} AND lease_expires_at > {now}
       AND side_effect_state = {_sql(was["side_effect_state"])}
       AND ({identity} IS NULL OR {identity} = '{{}}'::jsonb OR observed_identity IS NOT NULL)"""
 
@@ -204,11 +204,11 @@ def _succeed_sets(result_ref: str) -> str:
         result_ref = left({result_ref}, {_max_length(Attempt, 'result_ref')})"""
 
 
-def _succeed_holds(*, attempt: str, job: str, owner: str, token: str) -> str:
+def _succeed_holds(*, attempt: str, job: str, owner: str, fence: str) -> str:
     was = states_before(Execution.RUNNING, SideEffect.SUBMITTED)
     return f"""id = {attempt} AND job_id = {job}
       AND execution_state = {_sql(was["execution_state"])} AND lease_owner = {owner}
-      AND lease_token = {token} AND side_effect_state = {_sql(was["side_effect_state"])}"""
+      AND lease_token = {fence} AND side_effect_state = {_sql(was["side_effect_state"])}"""
 
 
 def _succeed_job_sets() -> str:
@@ -241,7 +241,7 @@ BEGIN
     END IF;
     now_ts := clock_timestamp();
     token := j.lease_seq + 1;
-    UPDATE ledger_attempt SET {_claim_sets(worker="p_worker", token="token", now="now_ts", action="j.action")}
+    UPDATE ledger_attempt SET {_claim_sets(worker="p_worker", fence="token", now="now_ts", action="j.action")}
     WHERE id = {_latest_attempt("j.id")}
       AND execution_state = {_sql(was["execution_state"])}
     RETURNING * INTO a;
@@ -280,7 +280,7 @@ BEGIN
     END IF;
     now_ts := clock_timestamp();
     UPDATE ledger_attempt SET {_begin_sets(now="now_ts", sent_to="p_sent_to")}
-    WHERE {_begin_holds(attempt="p_attempt", job="j.id", owner="p_owner", token="p_token", now="now_ts",
+    WHERE {_begin_holds(attempt="p_attempt", job="j.id", owner="p_owner", fence="p_token", now="now_ts",
                         identity="j.identity")}
     RETURNING * INTO a;
     IF NOT FOUND THEN
@@ -316,7 +316,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE ledger_attempt SET {_succeed_sets("p_result_ref")}
-    WHERE {_succeed_holds(attempt="p_attempt", job="j.id", owner="p_owner", token="p_token")}
+    WHERE {_succeed_holds(attempt="p_attempt", job="j.id", owner="p_owner", fence="p_token")}
     RETURNING * INTO a;
     IF NOT FOUND THEN
         RETURN;
@@ -349,7 +349,7 @@ def _lock_leased_jobs() -> str:
     """The batch's jobs in scope, row-locked in id order (a lease's job named by its job_id)."""
     return f"""PERFORM FROM ledger_job j
     WHERE j.job_id IN (SELECT l ->> 'job' FROM jsonb_array_elements(p_leases) l) AND {SCOPED}
-    ORDER BY j.id FOR UPDATE;"""
+    ORDER BY j.id FOR UPDATE;"""  # nosec B608  # SQL generated from our own vocabulary, no input
 
 
 def _leases(fields: str, columns: str, job_columns: str, refuses: str) -> str:
@@ -365,7 +365,7 @@ def _leases(fields: str, columns: str, job_columns: str, refuses: str) -> str:
             WITH ORDINALITY AS l(job, attempt, {columns.replace("l.", "")}, n)
         JOIN ledger_job j ON j.job_id = l.job
         WHERE {SCOPED} AND NOT ({refuses})
-    )"""
+    )"""  # nosec B608  # SQL generated from our own vocabulary, no input
 
 
 def _events_sql(*, actor: str, kind: EventKind, job_status: str, before: str, evidence: str) -> str:
@@ -414,7 +414,7 @@ BEGIN
                NOT ({_claim_refuses()}) AS claimable
         FROM ledger_job j WHERE j.id = ANY(locked)
     ), a AS (
-        UPDATE ledger_attempt SET {_claim_sets(worker="p_worker", token="c.token", now="c.now_ts", action="c.action")}
+        UPDATE ledger_attempt SET {_claim_sets(worker="p_worker", fence="c.token", now="c.now_ts", action="c.action")}
         FROM c
         WHERE c.claimable AND id = c.attempt
           AND execution_state = {_sql(was["execution_state"])}
@@ -446,7 +446,7 @@ BEGIN
     WITH {leases}, a AS (
         UPDATE ledger_attempt SET {_begin_sets(now="l.now_ts", sent_to="l.sent_to")}
         FROM l
-        WHERE {_begin_holds(attempt="l.attempt", job="l.job", owner="l.owner", token="l.token", now="l.now_ts",
+        WHERE {_begin_holds(attempt="l.attempt", job="l.job", owner="l.owner", fence="l.token", now="l.now_ts",
                             identity="l.identity")}
         RETURNING ledger_attempt.*, ledger_attempt AS attempt_row, l.n AS place, l.status AS job_status,
                   l.idempotency_key AS job_idempotency_key
@@ -473,7 +473,7 @@ BEGIN
     WITH {leases}, a AS (
         UPDATE ledger_attempt SET {_succeed_sets("l.result_ref")}
         FROM l
-        WHERE {_succeed_holds(attempt="l.attempt", job="l.job", owner="l.owner", token="l.token")}
+        WHERE {_succeed_holds(attempt="l.attempt", job="l.job", owner="l.owner", fence="l.token")}
         RETURNING ledger_attempt.*, ledger_attempt AS attempt_row, l.n AS place, l.status AS job_status,
                   coalesce(l.evidence, '{{}}'::jsonb) AS event_evidence
     ), u AS (
