@@ -168,6 +168,10 @@ def _active_token(token_hash: str) -> WorkerToken | None:
     with (connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)) as cursor:
         cursor.execute(ACTIVE_TOKEN, [token_hash])
         row = cursor.fetchone()
+    # The lookup is this request's first statement (it bypasses Django's cursor, so no health check
+    # ran before it) and it answered: that is the health check (CONN_HEALTH_CHECKS) Django would
+    # otherwise run, as one more round trip (SELECT 1), when the request's step opens its transaction.
+    connection.health_check_done = True
     if row is None:
         return None
     worker_token = WorkerToken.from_db(connection.alias, ACTIVE_TOKEN_FIELDS, row)

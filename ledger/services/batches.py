@@ -1,7 +1,8 @@
 """The worker loop's steps for a batch of leases: begin N side effects, record N results.
 
-A batch is the same door as one job, with N jobs. Each step runs its database function once per
-job in one statement (ledger.fastpath BATCH_STATEMENTS), all in one transaction: one synchronous
+A batch is the same door as one job, with N jobs. Each step runs its batch database function
+(reckon_begin_many, reckon_succeed_many: one statement per table for the whole batch, the one-job
+functions' rules; ledger.fastpath BATCH_STATEMENTS) in one transaction: one synchronous
 commit makes every begun side effect durable before the caller sends any of them, and one commit
 records every result. Each job keeps its own attempt, fencing token, events and hash-chain links.
 

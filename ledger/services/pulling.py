@@ -42,7 +42,7 @@ def claim_next_jobs(
 ) -> list[Lease]:
     """Lease up to `limit` of the oldest claimable jobs of these actions and tenants to `worker`,
     oldest first, each as claim_next_job leases one (its own fencing token and events): in the
-    ordinary case all in one statement (reckon_claim per job, ledger.fastpath.claim_next); jobs the
+    ordinary case all in one statement (reckon_claim_many, ledger.fastpath.claim_next); jobs the
     function declines go through claim_job one by one, which records any refusal."""
     if limit < 1:
         return []

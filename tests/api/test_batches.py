@@ -186,3 +186,21 @@ def test_the_batch_loop_runs_until_stopped(api_server):
 
     assert (total.claimed, total.recorded) == (12, {"succeeded": 12})
     assert Job.objects.filter(job_id__startswith="l", status="succeeded").count() == 12
+
+
+def test_the_token_lookup_is_the_requests_database_health_check(api, monkeypatch):
+    """A request's first statement is its token's lookup: once it has answered, the connection is
+    known to work, and Django's health check (SELECT 1, one more round trip) is not run again when
+    the step opens its transaction."""
+    from django.db import connection
+
+    make_job("hc")
+    lease = _claim(api)
+    checks = []
+    monkeypatch.setattr(connection, "is_usable", lambda: checks.append("SELECT 1") or True)
+    connection.health_check_enabled, connection.health_check_done = True, False  # a kept connection, a new request
+
+    begun = api.post("/api/v1/leases/begin", {"leases": [_named(lease)]})
+
+    assert begun.status == 200 and begun.json["results"][0]["attempt"]["side_effect"] == "submitted"
+    assert checks == []

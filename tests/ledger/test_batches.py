@@ -190,3 +190,95 @@ def test_a_claim_inside_a_callers_transaction_goes_job_by_job():
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM ledger_attempt WHERE execution_state = 'running'")
         assert cursor.fetchone()[0] == 2
+
+
+def test_a_batch_of_several_writes_exactly_what_the_one_job_steps_write():
+    """Each job of a batch gets the rows the one-job steps write for it (the set-based functions read
+    the same rules), whatever else is in the batch."""
+    def written(job_id: str) -> list:
+        job = Job.objects.get(job_id=job_id)
+        rows = [_columns(job), *map(_columns, job.attempts.order_by("number")),
+                *map(_columns, job.events.order_by("id"))]
+        return json.loads(json.dumps(rows, default=str).replace(job_id, "J"))
+
+    names = ("plain", "bound", "noted")
+    for name in names:
+        make_job(f"one-{name}", identity={"account": "a"} if name == "bound" else {})
+    for name in names:
+        lease = services.claim_job(job_id=f"one-{name}", worker="w1")
+        if name == "bound":
+            services.verify_identity(lease=lease, observed={"account": "a"})
+        services.begin_side_effect(lease=lease, sent_to="https://mail.example" if name != "plain" else None)
+        services.record_success(lease=lease, result_ref=f"r-{name}", evidence={"n": name} if name == "noted" else None)
+
+    for name in names:
+        make_job(f"many-{name}", identity={"account": "a"} if name == "bound" else {})
+    leases = services.claim_next_jobs(worker="w1", limit=3)
+    services.verify_identity(lease=leases[1], observed={"account": "a"})
+    for lease, name in zip(leases, names, strict=True):  # each its own sent_to: a batch call per lease
+        services.begin_side_effects(leases=[lease], sent_to="https://mail.example" if name != "plain" else None)
+    services.record_results(outcomes=[
+        Outcome.succeeded(lease, f"r-{name}", {"n": name} if name == "noted" else None)
+        for lease, name in zip(leases, names, strict=True)])
+
+    for name in names:
+        assert written(f"many-{name}") == written(f"one-{name}"), name
+
+
+def test_a_batch_that_waits_for_a_jobs_lock_sees_what_its_holder_wrote_and_refuses_that_job_alone():
+    """The batch functions lock every job first, then compare-and-set in a new statement: a lease
+    another worker took over while the batch waited for the job's lock is refused, the rest begun."""
+    import threading
+
+    from django.db import transaction
+
+    from config.processes import wait_until
+
+    make_job("free")
+    make_job("taken")
+    leases = services.claim_next_jobs(worker="w1", limit=2)
+    locked, release, answers = threading.Event(), threading.Event(), {}
+
+    def holder():  # holds "taken" locked while another worker takes it over
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(job_id="taken")
+                expire_lease("taken")
+                services.sweep_expired_leases()
+                answers["w2"] = services.claim_job(job_id="taken", worker="w2")
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    def batch():
+        try:
+            answers["begun"] = services.begin_side_effects(leases=leases)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=holder, daemon=True)]
+    threads[0].start()
+    assert locked.wait(60)
+    threads.append(threading.Thread(target=batch, daemon=True))
+    threads[1].start()
+
+    def batch_waits_for_the_lock() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND query LIKE '%%reckon_begin_many%%'")
+            return cursor.fetchone()[0] == 1
+    wait_until(batch_waits_for_the_lock, timeout=60, what="the batch to wait for the job's lock")
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+
+    free, taken = answers["begun"]
+    assert free.side_effect_state == SideEffect.SUBMITTED
+    assert isinstance(taken, services.StaleLease) and "fencing token 1 rejected" in str(taken)
+    attempt = latest_attempt("taken")
+    assert (attempt.lease_owner, attempt.lease_token, attempt.side_effect_state) == (
+        "w2", answers["w2"].token, SideEffect.NOT_ATTEMPTED)
+    assert event_kinds("taken")[-1] == "late_write_rejected"
+    assert _violations() == []
