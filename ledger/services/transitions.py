@@ -332,7 +332,7 @@ def record_refusal(job: Job, attempt: Attempt | None, **event) -> LedgerEvent:
 def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), tenants=None,
                              hold: timedelta | None = None) -> list[Job]:
     """Mark up to `limit` jobs due for reconciliation as claimed, in one statement
-    (`UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)`): their next look moves out by `hold`
+    (`WITH due AS MATERIALIZED (SELECT ... FOR UPDATE SKIP LOCKED) UPDATE ... FROM due`): their next look moves out by `hold`
     (the claim TTL by default), so no other pass or agent takes them and a crashed one's claim
     simply runs out. Only `actions` (when given) and not `exclude_actions`, only `tenants` (when
     given). Returns the jobs, most overdue first, each with `was_due` (its schedule before the claim)."""
@@ -347,12 +347,16 @@ def claim_for_reconciliation(*, limit: int, actions=None, exclude_actions=(), te
     select, params = due.query.sql_with_params()
     table = connection.ops.quote_name(Job._meta.db_table)
     hold = hold if hold is not None else timedelta(seconds=settings.RECKON_RECONCILE_CLAIM_TTL)
+    # The locking SELECT is a MATERIALIZED CTE: evaluated once. As a subquery in FROM, a plan that
+    # put the job table on the outer side of a nested loop ran it again for every outer row, and
+    # each run skipped the rows this statement had just updated and locked the next due one: one
+    # claim of `limit` 1 marked every due job (seen in CI, with stale planner statistics).
     jobs = list(
         Job.objects.raw(
-            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "  # nosec B608  # the table from the model, the subquery from the ORM with its parameters bound
-            f"FROM ({select} FOR UPDATE SKIP LOCKED) AS due(id, was_due) WHERE j.id = due.id "
-            "RETURNING j.*, due.was_due",
-            [hold, *params],
+            f"WITH due(id, was_due) AS MATERIALIZED ({select} FOR UPDATE SKIP LOCKED) "  # nosec B608  # the table from the model, the subquery from the ORM with its parameters bound
+            f"UPDATE {table} AS j SET next_check_at = clock_timestamp() + %s "
+            "FROM due WHERE j.id = due.id RETURNING j.*, due.was_due",
+            [*params, hold],
         )
     )
     jobs.sort(key=lambda job: (job.was_due is not None, job.was_due, job.pk))

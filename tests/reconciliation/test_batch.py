@@ -1,5 +1,6 @@
 """Batched reconciliation: one transaction per batch, the same rules for every job in it."""
 
+import json
 import threading
 from datetime import timedelta
 
@@ -217,3 +218,21 @@ def test_overlapping_batches_look_at_each_job_once_and_leave_no_connections(prov
     assert LedgerEvent.objects.filter(kind="attempt_opened").count() == 20
     assert threading.active_count() == before  # the lookup threads are gone
     assert_ledger_clean()
+
+
+def test_a_claim_locks_its_jobs_in_one_evaluation_whatever_the_plan(db):
+    """The claim's locking SELECT runs once (a MATERIALIZED CTE). A subquery in FROM ran again for
+    every row of the job table when the planner put that table on the outer side of a nested loop,
+    and each run skipped the rows just updated and locked the next: CI saw a claim of one job mark
+    all six due jobs claimed, handing out one."""
+    for n in range(6):
+        unknown_job(f"once-{n}", "billing.create_invoice", INVOICE)
+    with CaptureQueriesContext(connection) as captured:
+        [job] = claim_for_reconciliation(limit=1)
+    [claim] = [query["sql"] for query in captured.captured_queries if "SKIP LOCKED" in query["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + claim)
+        plan = json.dumps(cursor.fetchone()[0])
+    assert '"CTE Name": "due"' in plan and '"Node Type": "CTE Scan"' in plan, plan  # evaluated once
+    claimed = Job.objects.filter(job_id__startswith="once-", next_check_at__isnull=False)
+    assert list(claimed.values_list("job_id", flat=True)) == [job.job_id] == ["once-0"]
