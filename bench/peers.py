@@ -44,7 +44,6 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -55,6 +54,7 @@ from django.db import connection, connections
 from bench.generate import payload, pending_jobs
 from bench.sections import _cycle_worker, pgbench_command, pgbench_run
 from config.processes import wait_until
+from gateway.reconcile import run_apart
 from ledger import services
 from ledger.models import Job
 
@@ -307,7 +307,7 @@ def _procrastinate_worker(dsn: str, queue_name: str, seconds: float, queue) -> N
                 pass
             return produced, time.monotonic() - started
 
-    queue.put(_run_async(run()))
+    queue.put(run_apart(run))
 
 
 def _procrastinate_done(site: Site, tag: str) -> int:
@@ -347,7 +347,7 @@ def _pgqueuer_worker(dsn: str, entrypoint: str, seconds: float, queue) -> None:
             await worker
             return produced, time.monotonic() - started
 
-    queue.put(_run_async(run()))
+    queue.put(run_apart(run))
 
 
 def _pgqueuer_done(site: Site, tag: str) -> int:
@@ -386,18 +386,7 @@ def install_peers(site: Site) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await Queries.from_psycopg_connection(conn).install()
 
-    _run_async(queues_schema())
-
-
-def _run_async(coroutine):
-    """asyncio.run, in a thread of its own when this thread already runs an event loop (the test
-    suite's Playwright session keeps one in the main thread, and a forked child inherits it)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(max_workers=1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
+    run_apart(queues_schema)
 
 
 # --- pgbench -N --------------------------------------------------------------------------------

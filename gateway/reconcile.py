@@ -35,7 +35,7 @@ def look_up(job: Job, attempt: Attempt) -> Finding:
             return await upstreams.call_tool(upstream, policy.lookup.tool, arguments)
 
     try:
-        result = _run_apart(ask)
+        result = run_apart(ask)
     except Exception as exc:  # the upstream did not answer: that proves nothing
         return Finding(CheckOutcome.UNAVAILABLE, f"lookup {asked['tool']} failed: {type(exc).__name__}: {exc}",
                        evidence={"lookup": asked})
@@ -63,13 +63,13 @@ def answer_is_empty(result: dict) -> bool:
         return False
 
 
-def _run_apart(ask) -> dict:
-    """`anyio.run(ask)`, in a thread of its own when this thread already runs an event loop (a
-    reconcile pass called from async code, or beside Playwright's sync API in the tests), where a
-    second loop cannot start."""
+def run_apart(function, *args):
+    """`anyio.run(function, *args)`, in a thread of its own when this thread already runs an event
+    loop (a reconcile pass called from async code, the benchmark's peers or a test beside
+    Playwright's sync API), where a second loop cannot start."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return anyio.run(ask)
+        return anyio.run(function, *args)
     with ThreadPoolExecutor(max_workers=1) as thread:
-        return thread.submit(anyio.run, ask).result()
+        return thread.submit(anyio.run, function, *args).result()

@@ -24,12 +24,16 @@ hypothesis_settings.register_profile("reckon", deadline=None, suppress_health_ch
 hypothesis_settings.load_profile("reckon")
 
 
+# Unit tests drive the worker loop by hand (tests with real clusters turn dispatch back on), with
+# no dead-man gate and a cheap password hash.
+TEST_SETTINGS = {"RECKON_DISPATCH": False, "RECKON_GATE_BOUND_S": 0,
+                 "PASSWORD_HASHERS": ["django.contrib.auth.hashers.MD5PasswordHasher"]}
+
+
 @pytest.fixture(autouse=True)
 def _test_settings(settings):
-    """Unit tests drive the worker loop by hand; tests with real clusters turn dispatch back on."""
-    settings.RECKON_DISPATCH = False
-    settings.RECKON_GATE_BOUND_S = 0
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    for name, value in TEST_SETTINGS.items():
+        setattr(settings, name, value)
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from alerts.models import AlertEvent
 from approvals.models import ApprovalRequest
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
-from tests.conftest import _persona
+from tests.conftest import TEST_SETTINGS, _persona
 from tests.console.conftest import htmx, latest_version, make_operator_job, make_unknown_job, with_tenants
 
 pytestmark = pytest.mark.django_db
@@ -42,9 +42,7 @@ def shared_world(django_db_setup, django_db_blocker):
     """The jobs, made once for the module's 300 tests inside a transaction that is rolled back after
     the last of them: each test's own transaction is a savepoint within it, so whatever a test
     changes is gone before the next one starts (making them for each test took 0.4 s of its setup)."""
-    quiet = override_settings(RECKON_DISPATCH=False, RECKON_GATE_BOUND_S=0,  # as tests/conftest.py sets per test
-                              PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
-    with django_db_blocker.unblock(), quiet, transaction.atomic():
+    with django_db_blocker.unblock(), override_settings(**TEST_SETTINGS), transaction.atomic():
         requester = with_tenants(_persona("requester", "operators"))
         for tenant, weight in WEIGHT.items():
             for n in range(weight):

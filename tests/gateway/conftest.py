@@ -8,11 +8,9 @@ import signal
 import sqlite3
 import sys
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -20,6 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import Implementation
 
 from gateway.config import load_upstreams
+from gateway.reconcile import run_apart
 from tests.processes import ROOT, ManagedProcess, database_url_of_tests, free_port, wait_for
 
 UPSTREAM = ROOT / "examples" / "mcp_notes_server.py"
@@ -200,21 +199,14 @@ async def _with_client(url: str, token: str, work, client_name: str = "test-agen
 
 def call(url: str, token: str, tool: str, arguments: dict, *, meta: dict | None = None):
     """One tools/call through the SDK's client; the CallToolResult."""
-    return _run(_with_client, url, token, lambda client: client.call_tool(tool, arguments, meta=meta))
+    return run_apart(_with_client, url, token, lambda client: client.call_tool(tool, arguments, meta=meta))
 
 
 def list_tools(url: str, token: str) -> list[str]:
     async def names(client):
         return [tool.name for tool in (await client.list_tools()).tools]
 
-    return _run(_with_client, url, token, names)
-
-
-def _run(function, *args):
-    """`anyio.run` in a thread of its own: the browser tests' session (Playwright's sync API) keeps
-    an event loop running in the main thread, where a second one cannot start."""
-    with ThreadPoolExecutor(max_workers=1) as thread:
-        return thread.submit(anyio.run, function, *args).result()
+    return run_apart(_with_client, url, token, names)
 
 
 def text(result) -> str:

@@ -15,7 +15,7 @@ import mcp_types as types
 from gateway import server
 from gateway import upstream as upstreams
 from gateway.config import META_KEY, get_upstream
-from tests.gateway.conftest import _run
+from gateway.reconcile import run_apart
 
 
 def test_the_sdk_takes_input_schemas_from_the_gateways_listing_not_a_tools_list_per_call():
@@ -35,7 +35,7 @@ def test_the_shared_client_lists_the_upstreams_tools_when_it_connects(actions_fi
                 await anyio.sleep(0.05)
             return server.tool_input_schema("notes.create_note")
 
-    schema = _run(connect_and_read)  # in a thread of its own: Playwright's loop may hold this one
+    schema = run_apart(connect_and_read)  # in a thread of its own: Playwright's loop may hold this one
     assert set(schema["properties"]) >= {"title", "body"} and schema["required"] == ["title", "body"]
     assert server.tool_input_schema("notes.no_such_tool") is None
     assert server.tool_input_schema("nowhere.create_note") is None
@@ -74,7 +74,7 @@ def test_a_call_to_a_stateless_http_upstream_is_one_post_answered_as_the_sdks_cl
             found = await upstreams.call_tool(notes, "find_note", {"title": title})
             return posted_result, through_sdk, found
 
-    posted_result, through_sdk, found = _run(both_ways)
+    posted_result, through_sdk, found = run_apart(both_ways)
     assert posted == ["create_note", "find_note"]
     assert upstream.notes(title) == 2  # each call ran once, no more
     first, second = (json.loads(result["content"][0]["text"]) for result in (posted_result, through_sdk))
@@ -109,7 +109,7 @@ def test_a_tool_whose_schema_asks_for_param_headers_or_an_older_protocol_goes_th
             older = upstreams._postable(client, "notes", "create_note")
             return plain, with_headers, unlisted, older
 
-    assert _run(postable) == (True, False, False, False)
+    assert run_apart(postable) == (True, False, False, False)
 
 
 def _answering(tools):
