@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime, timedelta
 
 # No sweeper or reconciler loop runs during most tests: the dead-man gate would hold every
 # irreversible job. Worker processes started by tests inherit this; gate tests turn it on.
 os.environ.setdefault("RECKON_GATE_BOUND_S", "0")
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection, connections
 from django.test import TransactionTestCase
@@ -186,8 +188,6 @@ def _truncate_what_the_test_wrote(self) -> None:
     if self.available_apps is not None or self.serialized_rollback:
         return _django_fixture_teardown(self)
     from config.schedules import sync_schedules
-    from ledger.partitions import ensure_ahead
-
     for name in self._databases_names(include_mirrors=False):
         connection = connections[name]
         quote = connection.ops.quote_name
@@ -201,7 +201,24 @@ def _truncate_what_the_test_wrote(self) -> None:
                 cursor.execute(f"TRUNCATE {', '.join(map(quote, written))} CASCADE")
         sync_schedules(name)  # also when a test deleted them: the table is then empty, not "written"
         if name == "default":
-            ensure_ahead()
+            partitions_around_now()
+
+
+def partitions_around_now() -> None:
+    """The event partitions ahead, as post_migrate makes them, and one back: tests date events up
+    to hours before now, and a new database's first partition starts at today's midnight (UTC), as
+    does one a retention test makes again after archiving the periods around now."""
+    from ledger.partitions import ensure, ensure_ahead
+
+    now = datetime.now(UTC)
+    ensure(now - timedelta(days=settings.RECKON_HISTORY_PARTITION_DAYS), now)
+    ensure_ahead(now)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        partitions_around_now()
 
 
 TransactionTestCase._fixture_teardown = _truncate_what_the_test_wrote
