@@ -1,25 +1,32 @@
 """Talking to an upstream MCP server as its client (the SDK's), over Streamable HTTP or stdio.
 
 A tools/call to a Streamable HTTP upstream that speaks the stateless protocol (2026-07-28) is one
-POST of one JSON-RPC request on the shared client's connection (`_post_tool_call`): the same
-request the SDK's client sends, without its per-request tasks, streams and models (measured in one
-process against the notes server, on a loaded 2-core machine: 4.2–4.4 ms of CPU a call this way,
-7.0–7.1 ms through the SDK's client). Everything else goes through the SDK: the
-connection, its protocol probe, tools/list, stdio, an older protocol, and a tool whose input
-schema asks for `Mcp-Param-*` headers or whose call the upstream refused for its headers.
+POST of one JSON-RPC request (`_post_tool_call`): the same request the SDK's client sends, without
+its per-request tasks, streams and models, on a keep-alive connection of the upstream's own
+(`Pipes`: the request written out whole, the answer read by httptools, the C HTTP parser the
+gateway's server already uses). Measured in `bench --only mcp`: through the SDK's client a call
+cost the gateway 7.0 ms of CPU, as one POST through httpx 4.2–4.4 ms, as one POST on a Pipe
+less again (README "Performance"). Everything else goes through the SDK: the connection, its
+protocol probe, tools/list, stdio, an older protocol, and a tool whose input schema asks for
+`Mcp-Param-*` headers or whose call the upstream refused for its headers or redirected.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
 import os
+import select
+import ssl
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import anyio
+import anyio.abc
+import httptools
 import httpx2
 import mcp_types as types
 from mcp import Client
@@ -36,8 +43,8 @@ logger = logging.getLogger("reckon.gateway")
 # One long-lived client per upstream in a gateway process (opened by `shared`): a call then costs
 # one request to the upstream, not a connection, a protocol probe and a request.
 _shared: dict[str, Client] = {}
-# The HTTP connection pool under each shared client of a Streamable HTTP upstream.
-_http: dict[str, httpx2.AsyncClient] = {}
+# The keep-alive connections for the tools/call POSTs of each shared client's Streamable HTTP upstream.
+_pipes: dict[str, Pipes] = {}
 # Who the gateway is to its upstreams (the `clientInfo` of every request); it declares no client
 # capabilities (no sampling, roots or elicitation callbacks).
 CLIENT_INFO = types.Implementation(name="reckon-gateway", version="1")
@@ -65,7 +72,9 @@ async def shared(upstreams: Iterable[Upstream]) -> AsyncIterator[None]:
         finally:
             holders.cancel_scope.cancel()
             _shared.clear()
-            _http.clear()
+            with anyio.CancelScope(shield=True):  # the task group's cancel must not stop the closing
+                for name in list(_pipes):
+                    await _drop_pipes(name)
 
 
 async def _hold(upstream: Upstream) -> None:
@@ -75,7 +84,7 @@ async def _hold(upstream: Upstream) -> None:
             async with _connection(upstream) as (client, http):
                 _shared[upstream.name] = client
                 if http is not None:
-                    _http[upstream.name] = http
+                    _pipes[upstream.name] = Pipes(upstream.url, upstream.header_values())
                 await list_tools(upstream)
                 await anyio.sleep_forever()
         except Exception as exc:
@@ -84,8 +93,14 @@ async def _hold(upstream: Upstream) -> None:
         finally:
             if client is not None and _shared.get(upstream.name) is client:
                 _shared.pop(upstream.name)
-                _http.pop(upstream.name, None)
+                await _drop_pipes(upstream.name)
         await anyio.sleep(RECONNECT_AFTER_S)
+
+
+async def _drop_pipes(upstream_name: str) -> None:
+    pipes = _pipes.pop(upstream_name, None)
+    if pipes is not None:
+        await pipes.aclose()
 
 
 @asynccontextmanager
@@ -102,7 +117,7 @@ async def client_for(upstream: Upstream) -> AsyncIterator[Client]:
         # which are not Exceptions here, leave it in place).
         if _shared.get(upstream.name) is client:
             _shared.pop(upstream.name)
-            _http.pop(upstream.name, None)
+            await _drop_pipes(upstream.name)
         raise
 
 
@@ -135,10 +150,10 @@ async def call_tool(upstream: Upstream, tool: str, arguments: dict, *, key: str 
     """The upstream's CallToolResult as JSON; the idempotency key travels in the call's _meta."""
     meta = {META_KEY: key} if key else None
     async with client_for(upstream) as client:
-        http = _http.get(upstream.name) if _shared.get(upstream.name) is client else None
+        pipes = _pipes.get(upstream.name) if _shared.get(upstream.name) is client else None
         result = None
-        if http is not None and _postable(client, upstream.name, tool):
-            result = await _post_tool_call(client, http, upstream.url, tool, arguments, meta)
+        if pipes is not None and _postable(client, upstream.name, tool):
+            result = await _post_tool_call(client, pipes, tool, arguments, meta)
         if result is None:
             result = await client.call_tool(tool, arguments, meta=meta)
     return as_json(result)
@@ -150,17 +165,13 @@ def _postable(client: Client, upstream_name: str, tool: str) -> bool:
     return client.protocol_version in MODERN_PROTOCOL_VERSIONS and tool in _headerless.get(upstream_name, ())
 
 
-@functools.lru_cache(maxsize=64)
-def _parsed(url: str) -> httpx2.URL:
-    return httpx2.URL(url)  # parsed once, not at every call
-
-
-async def _post_tool_call(client: Client, http: httpx2.AsyncClient, url: str, tool: str, arguments: dict,
+async def _post_tool_call(client: Client, pipes: Pipes, tool: str, arguments: dict,
                           meta: dict | None) -> types.CallToolResult | None:
     """The tools/call as the SDK's client sends it at a stateless protocol version, in one POST; its
     result checked as the SDK's client checks it. None: the upstream refused the request for its
-    headers before running anything (the SDK's client then lists the tool again and resends). A
-    JSON-RPC error, or an answer that is not one, raises (an exception proves nothing either way)."""
+    headers, or redirected it, before running anything (the SDK's client then lists the tool again,
+    follows the redirect, and sends it). A JSON-RPC error, or an answer that is not one, raises (an
+    exception proves nothing either way)."""
     version = client.protocol_version
     request_id = next(_request_ids)
     body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
@@ -168,21 +179,20 @@ async def _post_tool_call(client: Client, http: httpx2.AsyncClient, url: str, to
             **(meta or {}), types.PROTOCOL_VERSION_META_KEY: version,
             types.CLIENT_INFO_META_KEY: _CLIENT_INFO_JSON,
             types.CLIENT_CAPABILITIES_META_KEY: {}}}}
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
                MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: "tools/call", MCP_NAME_HEADER: tool}
-    async with http.stream("POST", _parsed(url), content=json.dumps(body, separators=(",", ":")).encode(),
-                           headers=headers) as response:
-        kind = response.headers.get("content-type", "").lower()
-        if kind.startswith("text/event-stream") and response.status_code == 200:
-            message = await _reply_in_events(response, request_id)
-        elif kind.startswith("application/json"):
-            message = json.loads(await response.aread())
-        else:
-            raise MCPError(types.INTERNAL_ERROR, f"the upstream answered HTTP {response.status_code} ({kind or 'no content type'})")
+    status, kind, content = await pipes.post(json.dumps(body, separators=(",", ":")).encode(), headers)
+    if 300 <= status < 400:
+        return None
+    if kind.startswith("text/event-stream") and status == 200:
+        message = _reply_in_events(content.decode(), request_id)
+    elif kind.startswith("application/json"):
+        message = json.loads(content)
+    else:
+        raise MCPError(types.INTERNAL_ERROR, f"the upstream answered HTTP {status} ({kind or 'no content type'})")
     if not isinstance(message, dict) or message.get("id") not in (request_id, None) or (
-            response.status_code != 200 and "error" not in message):
-        raise MCPError(types.INTERNAL_ERROR, f"the upstream's answer (HTTP {response.status_code}) is not the "
-                                             "reply to this call")
+            status != 200 and "error" not in message):
+        raise MCPError(types.INTERNAL_ERROR, f"the upstream's answer (HTTP {status}) is not the reply to this call")
     if "error" in message:
         error = types.ErrorData.model_validate(message["error"])
         if error.code == types.HEADER_MISMATCH:
@@ -194,11 +204,11 @@ async def _post_tool_call(client: Client, http: httpx2.AsyncClient, url: str, to
     return result
 
 
-async def _reply_in_events(response: httpx2.Response, request_id: int) -> dict | None:
+def _reply_in_events(text: str, request_id: int) -> dict | None:
     """The JSON-RPC reply to `request_id` in a text/event-stream answer (its notifications are
     dropped, as the SDK's client drops them with no handler), or None if none came."""
     data: list[str] = []
-    async for line in response.aiter_lines():
+    for line in [*text.splitlines(), ""]:
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif not line and data:
@@ -206,6 +216,94 @@ async def _reply_in_events(response: httpx2.Response, request_id: int) -> dict |
             if isinstance(message, dict) and message.get("id") == request_id and ("result" in message or "error" in message):
                 return message
     return None
+
+
+class _Answer:
+    """httptools' callbacks: one HTTP response, read whole."""
+
+    def __init__(self):
+        self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.complete = self.keep_alive = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()  # (asked later, the parser has reset)
+
+
+class Pipes:
+    """Keep-alive HTTP/1.1 connections to one Streamable HTTP upstream, for its tools/call POSTs:
+    one per call in flight, kept for the next call when the answer was read whole and the upstream
+    keeps the connection. A connection idle for IDLE_S, or that the upstream closed meanwhile, is
+    not used again (uvicorn, the SDK's server, closes idle ones after 5 s); one that was cancelled
+    or broke mid-answer is closed."""
+
+    IDLE_S = 2.0
+
+    def __init__(self, url: str, headers: dict[str, str]):
+        parts = urlsplit(url)
+        self.tls = parts.scheme == "https"
+        self.host, self.port = parts.hostname or "", parts.port or (443 if self.tls else 80)
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.head = _header_lines({"Host": parts.netloc.rpartition("@")[2], **headers})
+        self.idle: list[tuple[anyio.abc.ByteStream, float]] = []
+        self.closed = False
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """The upstream's answer to a POST of `body`: its status, content type and content."""
+        stream = await self._reusable() or await self._connect()
+        kept = False
+        try:
+            await stream.send(f"POST {self.target} HTTP/1.1\r\n{self.head}{_header_lines(headers)}"
+                              f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
+            answer = _Answer()
+            while not answer.complete:
+                answer.parser.feed_data(await stream.receive())
+            kept = answer.keep_alive
+        finally:
+            if kept and not self.closed:
+                self.idle.append((stream, time.monotonic()))
+            else:
+                await anyio.aclose_forcefully(stream)
+        return answer.parser.get_status_code(), answer.headers.get("content-type", "").lower(), b"".join(answer.body)
+
+    async def _reusable(self) -> anyio.abc.ByteStream | None:
+        while self.idle:
+            stream, since = self.idle.pop()
+            if time.monotonic() - since < self.IDLE_S and not _readable(stream):
+                return stream
+            await anyio.aclose_forcefully(stream)
+        return None
+
+    async def _connect(self) -> anyio.abc.ByteStream:
+        if self.tls:
+            return await anyio.connect_tcp(self.host, self.port, tls=True, ssl_context=ssl.create_default_context(),
+                                           tls_standard_compatible=False)
+        return await anyio.connect_tcp(self.host, self.port)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        while self.idle:
+            await anyio.aclose_forcefully(self.idle.pop()[0])
+
+
+def _header_lines(headers: dict[str, str]) -> str:
+    if any(c in text for item in headers.items() for text in item for c in "\r\n"):
+        raise ValueError("an HTTP header name or value holds a line break")
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+
+
+def _readable(stream: anyio.abc.ByteStream) -> bool:
+    """Whether an idle connection has something to read: the upstream closed it (or broke the protocol)."""
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    return sock is None or bool(select.select([sock], [], [], 0)[0])
 
 
 async def list_tools(upstream: Upstream) -> list:

@@ -10,7 +10,9 @@ import time
 import uuid
 
 import anyio
+import anyio.abc
 import mcp_types as types
+import pytest
 
 from gateway import server
 from gateway import upstream as upstreams
@@ -46,7 +48,7 @@ def _connected_and_listed(notes):
     """Inside upstreams.shared([notes]): wait (bounded) until the shared client is connected and listed."""
     async def wait():
         deadline = time.monotonic() + 30
-        while "notes" not in upstreams._http or "create_note" not in upstreams._listed.get("notes", {}):
+        while "notes" not in upstreams._pipes or "create_note" not in upstreams._listed.get("notes", {}):
             assert time.monotonic() < deadline, "the upstream's tools were never listed"
             await anyio.sleep(0.05)
     return wait()
@@ -59,7 +61,7 @@ def test_a_call_to_a_stateless_http_upstream_is_one_post_answered_as_the_sdks_cl
     post = upstreams._post_tool_call
 
     async def watched(*args):
-        posted.append(args[3])  # the tool
+        posted.append(args[2])  # the tool
         return await post(*args)
 
     monkeypatch.setattr(upstreams, "_post_tool_call", watched)
@@ -117,3 +119,40 @@ def _answering(tools):
     async def list_tools():
         return types.ListToolsResult(tools=tools)
     return list_tools
+
+
+PING = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+JSON = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def test_a_pipe_keeps_its_connection_for_the_next_post_and_never_reuses_one_the_upstream_closed(upstream):
+    async def posts():
+        pipes = upstreams.Pipes(upstream.url, {"X-Team": "billing"})
+        try:
+            answers, streams = [], []
+            for _ in range(3):
+                answers.append(await pipes.post(PING, JSON))
+                streams.append(pipes.idle[-1][0])
+            # The upstream closes the idle connection (as uvicorn does after its keep-alive timeout):
+            # the next post sees it closed and opens another, never writing into the dead one.
+            closed = streams[-1]
+            closed.extra(anyio.abc.SocketAttribute.raw_socket).shutdown(2)
+            answers.append(await pipes.post(PING, JSON))
+            after_close = pipes.idle[-1][0]
+            # One idle past IDLE_S is not reused either.
+            pipes.idle[-1] = (after_close, time.monotonic() - pipes.IDLE_S - 1)
+            answers.append(await pipes.post(PING, JSON))
+            return answers, streams, closed, after_close, pipes.idle[-1][0]
+        finally:
+            await pipes.aclose()
+
+    answers, streams, closed, after_close, after_idle = run_apart(posts)
+    assert {(status, kind) for status, kind, _ in answers} == {(200, "application/json")}
+    assert all(json.loads(body) == {"jsonrpc": "2.0", "id": 1, "result": {}} for _, _, body in answers)
+    assert streams[0] is streams[1] is streams[2]  # one connection for the three
+    assert after_close is not closed and after_idle is not after_close
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(upstream):
+    with pytest.raises(ValueError, match="line break"):
+        upstreams.Pipes(upstream.url, {"X-Team": "billing\r\nX-Injected: yes"})
