@@ -302,7 +302,7 @@ def _header_lines(headers: dict[str, str]) -> str:
 
 def _readable(stream: anyio.abc.ByteStream) -> bool:
     """Whether an idle connection has something to read: the upstream closed it (or broke the protocol)."""
-    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)  # nosec B610  # anyio's typed attribute, not QuerySet.extra
     return sock is None or bool(select.select([sock], [], [], 0)[0])
 
 
