@@ -301,9 +301,14 @@ def _header_lines(headers: dict[str, str]) -> str:
 
 
 def _readable(stream: anyio.abc.ByteStream) -> bool:
-    """Whether an idle connection has something to read: the upstream closed it (or broke the protocol)."""
+    """Whether an idle connection has something to read: the upstream closed it (or broke the
+    protocol). Asked with poll() (select() refuses descriptors past 1024)."""
     sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)  # nosec B610  # anyio's typed attribute, not QuerySet.extra
-    return sock is None or bool(select.select([sock], [], [], 0)[0])
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 async def list_tools(upstream: Upstream) -> list:
