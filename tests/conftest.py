@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import UTC, datetime, timedelta
 
 # No sweeper or reconciler loop runs during most tests: the dead-man gate would hold every
@@ -12,7 +13,7 @@ os.environ.setdefault("RECKON_GATE_BOUND_S", "0")
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections, transaction
 from django.test import TransactionTestCase
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
@@ -198,10 +199,30 @@ def _truncate_what_the_test_wrote(self) -> None:
                                               for table in tables), tables)
             written = [row[0] for row in cursor.fetchall()]
             if written:
-                cursor.execute(f"TRUNCATE {', '.join(map(quote, written))} CASCADE")
+                truncate = f"TRUNCATE {', '.join(map(quote, written))} CASCADE"
+                try:
+                    with transaction.atomic(using=name):  # a flush that waits on a lock says on whose
+                        cursor.execute(f"SET LOCAL lock_timeout = '{SLOW_TEARDOWN_S:g}s'")
+                        cursor.execute(truncate)
+                except OperationalError:
+                    warnings.warn(f"the flush waited over {SLOW_TEARDOWN_S:g} s for a lock; sessions then: "
+                                  f"{sessions_on_the_database(cursor)}", stacklevel=1)
+                    cursor.execute(truncate)
         sync_schedules(name)  # also when a test deleted them: the table is then empty, not "written"
         if name == "default":
             partitions_around_now()
+
+
+# A teardown that waits longer than this says what it waited for (a warning in the run's summary).
+SLOW_TEARDOWN_S = 5.0
+
+
+def sessions_on_the_database(cursor) -> list[tuple]:
+    """Every other session on the test database: who, in what state, waiting on what, doing what."""
+    cursor.execute("SELECT pid, backend_type, application_name, state, wait_event_type, wait_event, "
+                   "left(query, 100) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND pid <> pg_backend_pid()")
+    return cursor.fetchall()
 
 
 def partitions_around_now() -> None:

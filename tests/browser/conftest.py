@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
+from tests.conftest import SLOW_TEARDOWN_S, sessions_on_the_database
 from tests.console.conftest import with_tenants
 from tests.processes import wait_for
 
@@ -88,8 +91,14 @@ def log_in(live_server):
     # database sessions (and a cluster's, a moment after its processes): the test database can go.
     for context in contexts:
         context.close()
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        waited_for = sessions_on_the_database(cursor)
     try:
         wait_for(lambda: not _other_sessions(), timeout=60, message="other database sessions to end")
+        if time.monotonic() - started > SLOW_TEARDOWN_S:
+            warnings.warn(f"the log-in teardown waited {time.monotonic() - started:.0f} s for other sessions to "
+                          f"end; sessions then: {waited_for}", stacklevel=1)
     except AssertionError:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity"
