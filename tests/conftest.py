@@ -218,11 +218,23 @@ SLOW_TEARDOWN_S = 5.0
 
 
 def sessions_on_the_database(cursor) -> list[tuple]:
-    """Every other session on the test database: who, in what state, waiting on what, doing what."""
+    """Every other session on the test database: who, in what state, waiting on what, doing what,
+    and for a Reckon process's session (application_name reckon:…:PID) that process's command line."""
     cursor.execute("SELECT pid, backend_type, application_name, state, wait_event_type, wait_event, "
                    "left(query, 100) FROM pg_stat_activity WHERE datname = current_database() "
                    "AND pid <> pg_backend_pid()")
-    return cursor.fetchall()
+    return [(*row, _command_line(row[2])) for row in cursor.fetchall()]
+
+
+def _command_line(application_name: str | None) -> str:
+    pid = (application_name or "").rpartition(":")[2]
+    if not application_name or not application_name.startswith("reckon:") or not pid.isdigit():
+        return ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
 
 
 def partitions_around_now() -> None:
