@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 import httptools
+import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -80,9 +81,9 @@ async def _hold(upstream: Upstream) -> None:
     while True:
         client = None
         try:
-            async with connected(upstream) as client:
+            async with _connection(upstream) as (client, http):
                 _shared[upstream.name] = client
-                if not upstream.command:  # Streamable HTTP: its tools/call POSTs go on Pipes
+                if http is not None:
                     _pipes[upstream.name] = Pipes(upstream.url, upstream.header_values())
                 await list_tools(upstream)
                 await anyio.sleep_forever()
@@ -122,17 +123,23 @@ async def client_for(upstream: Upstream) -> AsyncIterator[Client]:
 
 @asynccontextmanager
 async def connected(upstream: Upstream) -> AsyncIterator[Client]:
-    """The SDK's client to `upstream`, over stdio or Streamable HTTP."""
+    async with _connection(upstream) as (client, _):
+        yield client
+
+
+@asynccontextmanager
+async def _connection(upstream: Upstream) -> AsyncIterator[tuple[Client, httpx2.AsyncClient | None]]:
+    """The SDK's client to `upstream`, and the HTTP client it posts with (None over stdio)."""
     if upstream.command:
         program, *args = upstream.command
         parameters = StdioServerParameters(command=program, args=args,
                                            env={"PATH": os.environ.get("PATH", ""), **upstream.env_values()})
         async with Client(parameters, client_info=CLIENT_INFO) as client:
-            yield client
+            yield client, None
         return
     async with create_mcp_http_client(headers=upstream.header_values()) as http:
         async with Client(streamable_http_client(upstream.url, http_client=http), client_info=CLIENT_INFO) as client:
-            yield client
+            yield client, http
 
 
 def as_json(result) -> dict:
@@ -242,8 +249,8 @@ class Pipes:
 
     def __init__(self, url: str, headers: dict[str, str]):
         parts = urlsplit(url)
-        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
-        self.host, self.port = parts.hostname or "", parts.port or (443 if self.tls is not None else 80)
+        self.tls = parts.scheme == "https"
+        self.host, self.port = parts.hostname or "", parts.port or (443 if self.tls else 80)
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.head = _header_lines({"Host": parts.netloc.rpartition("@")[2], **headers})
         self.idle: list[tuple[anyio.abc.ByteStream, float]] = []
@@ -276,8 +283,8 @@ class Pipes:
         return None
 
     async def _connect(self) -> anyio.abc.ByteStream:
-        if self.tls is not None:
-            return await anyio.connect_tcp(self.host, self.port, tls=True, ssl_context=self.tls,
+        if self.tls:
+            return await anyio.connect_tcp(self.host, self.port, tls=True, ssl_context=ssl.create_default_context(),
                                            tls_standard_compatible=False)
         return await anyio.connect_tcp(self.host, self.port)
 

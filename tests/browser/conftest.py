@@ -105,4 +105,6 @@ def log_in(live_server):
                           f"end; sessions then: {waited_for}", stacklevel=1)
     except AssertionError:
         with connection.cursor() as cursor:
-            raise AssertionError(f"sessions still open: {sessions_on_the_database(cursor)}") from None
+            cursor.execute("SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            raise AssertionError(f"sessions still open: {cursor.fetchall()}") from None

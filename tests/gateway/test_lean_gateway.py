@@ -153,6 +153,6 @@ def test_a_pipe_keeps_its_connection_for_the_next_post_and_never_reuses_one_the_
     assert after_close is not closed and after_idle is not after_close
 
 
-def test_a_header_with_a_line_break_is_refused_before_anything_is_sent():
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(upstream):
     with pytest.raises(ValueError, match="line break"):
-        upstreams.Pipes("http://127.0.0.1:9/mcp", {"X-Team": "billing\r\nX-Injected: yes"})
+        upstreams.Pipes(upstream.url, {"X-Team": "billing\r\nX-Injected: yes"})
