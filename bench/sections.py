@@ -105,9 +105,13 @@ def cycle_throughput(world: World, *, seconds: float, clients=(1, 4, 8)) -> list
     return rows
 
 
-# --- what the search's trigram indexes cost writes ------------------------------------------
+# --- what the search's indexes (trigrams and words) cost writes ------------------------------
 
-SEARCH_INDEXES = ("job_search_text", "attempt_search_answer")
+SEARCH_INDEXES = ("job_search_text", "attempt_search_answer", "job_search_words", "attempt_search_answer_words")
+WORD_INDEXES = ("job_search_words", "attempt_search_answer_words")
+# Each side of the measurement: which of the search's indexes are there (the trigger with any).
+SEARCH_SIDES = {"with": SEARCH_INDEXES, "trigrams only": tuple(n for n in SEARCH_INDEXES if n not in WORD_INDEXES),
+                "without": ()}
 
 
 def _wal_bytes() -> int:
@@ -119,11 +123,12 @@ def _wal_bytes() -> int:
 SEARCH_TRIGGERS = ("reckon_job_search_text_insert", "reckon_job_search_text_update")
 
 
-def _search_indexes(definitions: dict[str, str], *, present: bool) -> None:
-    """The search's indexes, and the trigger that writes each job's search text, on or off."""
+def _search_indexes(definitions: dict[str, str], *, present: tuple[str, ...]) -> None:
+    """The search's indexes named `present` there and the others not; the trigger that writes each
+    job's search text on with any of them."""
     with connection.cursor() as cursor:
         for name, definition in definitions.items():
-            cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1) if present
+            cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1) if name in present
                            else f"DROP INDEX IF EXISTS {name}")
         for trigger in SEARCH_TRIGGERS:
             cursor.execute(f"ALTER TABLE ledger_job {'ENABLE' if present else 'DISABLE'} TRIGGER {trigger}")
@@ -142,7 +147,7 @@ def _enqueues(count: int, prefix: str) -> float:
 
 def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: int = 4) -> list[dict]:
     """The ledger cycle (claim -> begin -> success, `workers` processes) and enqueue_job, with the
-    search's trigram indexes (and the trigger writing each job's search text) and without them, in
+    search's indexes (and the trigger writing each job's search text) and without them, in
     alternating rounds: the rate of each and the WAL it wrote per job (pg_current_wal_lsn before
     and after; the bench's cluster has no other writer)."""
     with connection.cursor() as cursor:
@@ -152,13 +157,13 @@ def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: in
     if set(definitions) != set(SEARCH_INDEXES):
         raise RuntimeError(f"the search's indexes are not all there: {sorted(definitions)}")
     measured = {side: {"cycles_per_s": [], "cycle_wal": [], "enqueues_per_s": [], "enqueue_wal": []}
-                for side in ("with", "without")}
+                for side in SEARCH_SIDES}
     queued_before = OrmQ.objects.aggregate(last=Max("id"))["last"] or 0
     try:
         for round_ in range(rounds):
-            for side in ("with", "without") if round_ % 2 == 0 else ("without", "with"):
-                _search_indexes(definitions, present=side == "with")
-                prefix = f"trgm{round_}{'y' if side == 'with' else 'n'}"
+            for side in list(SEARCH_SIDES)[::1 if round_ % 2 == 0 else -1]:
+                _search_indexes(definitions, present=SEARCH_SIDES[side])
+                prefix = f"trgm{round_}s{list(SEARCH_SIDES).index(side)}"
                 per_worker = int(seconds * 1500) + 50
                 job_ids = pending_jobs(count=per_worker * workers, prefix=prefix)
                 wal = _wal_bytes()
@@ -170,7 +175,7 @@ def search_index_cost(*, seconds: float, rounds: int, enqueues: int, workers: in
                 measured[side]["enqueues_per_s"].append(_enqueues(enqueues, f"{prefix}e"))
                 measured[side]["enqueue_wal"].append((_wal_bytes() - wal) / enqueues)
     finally:
-        _search_indexes(definitions, present=True)
+        _search_indexes(definitions, present=SEARCH_INDEXES)
         # The enqueues dispatched their jobs as a producer's do: those tasks are the measurement's,
         # not work for the sections after it (they would queue ahead of end_to_end's warm-up).
         OrmQ.objects.filter(id__gt=queued_before).delete()

@@ -10,6 +10,7 @@ from datetime import datetime
 from console.access import TenantFence
 from console.models import AdminAuditEntry, SignInEvent
 from console.pagination import Page, decode_id_cursor, take_page
+from console.selectors import without_parallel_workers
 from console.selectors.search import matching_ids
 from ledger.models import LedgerEvent
 
@@ -62,7 +63,8 @@ def audit_page(spec: AuditFilter, fence: TenantFence, found: list[int] | None = 
     before = decode_id_cursor(spec.before)
     if before is not None:
         events = events.filter(id__lt=before)
-    return take_page(events, spec.size, lambda event: str(event.pk))
+    with without_parallel_workers():
+        return take_page(events, spec.size, lambda event: str(event.pk))
 
 
 def admin_changes(spec: AuditFilter):
