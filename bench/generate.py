@@ -415,7 +415,7 @@ def _histories(*, attempts: int, queued: int, prefix: str, seed: int, made: Gene
                           actor_type="reconciler", actor="reconciler", note="handed to a human")
             version = 4
         rows_attempts.append((attempt_id, job_id, number, *final, f"gen-worker-{number}", number, history.clock,
-                              history.clock, None, "" if status != "succeeded" else answer(action, n), "", version,
+                              history.clock, None, "" if status != "succeeded" else answer(action, job_id), "", version,
                               created, history.clock))
         job = (job_id, name, tenant, action, payload(action, n, tenant), "{}", key, status, number, None, 0, False,
                created, history.clock)
@@ -441,7 +441,8 @@ def payload(action: str, n: int, tenant: str) -> str:
 
 
 def answer(action: str, n: int) -> str:
-    """What the provider answered job `n` with (its attempt's result_ref): an invoice id, a Message-ID, a post id."""
+    """What the provider answered the job of primary key `n` with (its attempt's result_ref): an
+    invoice id, a Message-ID, a post id; one job's own, whichever history it is in."""
     if action == "billing.create_invoice":
         return f"inv_{n:010X}"
     if action == "mail.send":

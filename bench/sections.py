@@ -346,8 +346,9 @@ def _console_client() -> tuple[Client, dict]:
     client.force_login(user)
     job_id = Job.objects.filter(status="needs_operator").order_by("created_at").values_list("job_id", flat=True).first()
     mail = Job.objects.filter(action="mail.send").order_by("pk").values_list("payload", flat=True)[1]
-    # Job 3 of a history is an invoice; it succeeded where it is not queued (in the grown history).
-    return client, {"job_id": job_id, "email": mail["to"], "answer": answer("billing.create_invoice", 3)}
+    # An invoice of the small history's finished jobs: its answer is its own in both histories.
+    invoice = Job.objects.filter(action="billing.create_invoice", status="succeeded").order_by("pk").first()
+    return client, {"job_id": job_id, "email": mail["to"], "answer": answer("billing.create_invoice", invoice.pk)}
 
 
 def _sample_history(*, week: bool) -> None:
@@ -481,11 +482,15 @@ def _drop_database(database) -> None:
         admin.close()
 
 
+SMALL_FINISHED = 100  # finished jobs beside the small history's queue (at_scale)
+
+
 def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = HISTORY_DAYS,
              prefix: str = "scale") -> dict:
     """The console and the selection queries with `small`, then `large` attempts in the ledger.
 
-    The small history is generated, then copied to a second database where it grows to `large`
+    The small history (its queue and SMALL_FINISHED finished jobs) is generated, then copied to a
+    second database where it grows to `large`
     attempts (the same queue, the same job page); every page and query is then measured on both
     databases alternately, so the ratio is measured side by side even on a loaded machine. The
     finished jobs spread over the last `days` days (so over that many days' partitions of events).
@@ -494,6 +499,9 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = H
     """
     started = time.monotonic()
     generate(attempts=small, queued=queued, prefix=f"{prefix}-a", days=days)
+    # And a few finished jobs, so that what the searches look for (a provider's answer) is found in
+    # both histories, and each page shows the same rows at both sizes.
+    generate(attempts=SMALL_FINISHED, queued=0, prefix=f"{prefix}-f", days=days)
     _sample_history(week=True)  # copied with the database: both sizes chart the same week
     small_seconds = time.monotonic() - started
     client, searched = _console_client()  # the login session is copied along with the database

@@ -49,6 +49,14 @@ def Float(name: str, raw: str) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
 
 
+def Share(name: str, raw: str) -> float:
+    """A fraction above 0, at most 1."""
+    value = Float(name, raw)
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be above 0 and at most 1, got {raw!r}")
+    return value
+
+
 def List(name: str, raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 

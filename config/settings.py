@@ -23,6 +23,7 @@ from config.env import (
     Pairs,
     Rates,
     Sets,
+    Share,
     Str,
     Url,
     declare,
@@ -488,6 +489,7 @@ RECKON_HISTORY_PARTITION_DAYS = setting("RECKON_HISTORY_PARTITION_DAYS", 28, Int
 RECKON_HISTORY_PARTITIONS_AHEAD = setting("RECKON_HISTORY_PARTITIONS_AHEAD", 2, Int, "Partitions kept created ahead of now (after every migrate and by the `partitions` schedule): events cannot be written past the last one.", group=HISTORY)
 RECKON_HISTORY_RETENTION_DAYS = setting("RECKON_HISTORY_RETENTION_DAYS", 365.0, Float, "Days a partition of the history stays online after it ends; then `archive_history` writes it to an archive file and drops it (only when every job in it is finished). 0: never archive.", group=HISTORY)
 RECKON_HISTORY_RETENTION_BY_TENANT = setting("RECKON_HISTORY_RETENTION_BY_TENANT", {}, Rates, "Days of retention for particular tenants (`acme=730,trial=30`). Partitions are shared by tenants, so a partition leaves when every tenant in it is past its own retention: a longer retention holds the whole partition.", group=HISTORY, example="acme=730,trial=30")
+RECKON_HISTORY_ARCHIVE_WORK_SHARE = setting("RECKON_HISTORY_ARCHIVE_WORK_SHARE", 0.25, Share, "The share of its time a retention pass works: after each stretch of work it rests, so that the ledger's own work keeps the rest of the machine (0.25: a pass takes four times as long as unpaced). 1: never rest.", group=HISTORY)
 _HISTORY_ARCHIVE_DIR = setting("RECKON_HISTORY_ARCHIVE_DIR", "", Str, "Where `archive_history` writes archive files. Unset: the folder `history-archive` in the project folder.", group=HISTORY, example="/var/lib/reckon/archive")
 RECKON_HISTORY_ARCHIVE_DIR = Path(_HISTORY_ARCHIVE_DIR or PROJECT_DIR / "history-archive")
 EMAIL_PORT = setting("RECKON_EMAIL_PORT", 25, Int, "Its port.", group=ALERTS)

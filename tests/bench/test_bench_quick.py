@@ -53,11 +53,7 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     # Query counts do not grow with the history.
     small = {p["page"]: p["queries"] for p in report["scale"]["small_run"]["pages"]}
     large = {p["page"]: p["queries"] for p in report["scale"]["large_run"]["pages"]}
-    # The small history's jobs are all queued, so no provider answered any: the search by an answer
-    # finds nothing there and loads no jobs (one statement fewer). In the grown history it costs
-    # what the search by a payload value costs.
-    assert large.pop("/search/?q={answer}") == large["/search/?q={email}"]
-    small.pop("/search/?q={answer}")
+    # (The answer searched for is a finished job's of the small history: found at both sizes.)
     assert small == large
     drain = report["drain"]
     assert [(c["latency_ms"], c["concurrency"]) for c in drain["cells"]] == [(0, 16), (50, 16)]
@@ -94,6 +90,7 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     for row in report["history"]["rows"]:
         assert row["partitions_archived"] > 0 and row["events_archived"] > 0, row
         assert row["cycles_s_during"] > 0 and row["verify_events_per_s"] > 0 and row["event_mb_dropped"] > 0, row
+        assert row["windows_during"] >= 1, row  # the cycle measured for as long as the pass ran
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
                                       "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",

@@ -412,3 +412,35 @@ def test_a_step_that_waited_for_the_jobs_lock_stamps_its_event_after_it(transact
     assert event.at > released, (event.at, released)  # the statement began before: its start is not the stamp
     times = list(LedgerEvent.objects.filter(job__job_id="locked").order_by("id").values_list("at", flat=True))
     assert times == sorted(times) and broken() == {}
+
+
+def test_a_pass_rests_to_keep_to_its_share_of_the_time():
+    """RECKON_HISTORY_ARCHIVE_WORK_SHARE: after each stretch of work, a rest of (1 / share - 1) times
+    it; between stretches, nothing."""
+    from ledger.services.retention import Pace
+
+    now, rests = [0.0], []
+
+    def rest(seconds: float) -> None:
+        rests.append(seconds)
+        now[0] += seconds
+
+    pace = Pace(0.25, stretch=0.05, clock=lambda: now[0], rest=rest)
+    for worked in (0.01, 0.02, 0.03, 0.2):  # 60 ms of work, then 200 ms
+        now[0] += worked
+        pace()
+    assert rests == [pytest.approx(0.18), pytest.approx(0.6)]
+    assert pace.rested == pytest.approx(0.78)
+    never = Pace(1.0, clock=lambda: now[0], rest=rest)
+    now[0] += 5
+    never()
+    assert len(rests) == 2
+
+
+def test_the_work_share_is_a_fraction():
+    from config.env import Share
+
+    assert Share("RECKON_HISTORY_ARCHIVE_WORK_SHARE", "0.5") == 0.5
+    for wrong in ("0", "1.5", "-1", "half"):
+        with pytest.raises(ValueError, match="RECKON_HISTORY_ARCHIVE_WORK_SHARE"):
+            Share("RECKON_HISTORY_ARCHIVE_WORK_SHARE", wrong)
