@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -395,10 +396,14 @@ def _selection_queries() -> dict:
 
 
 def _selection_probe(query):
-    """`query`: a QuerySet, or a statement and its parameters."""
+    """`query`: a QuerySet, or a statement and its parameters (the search's: planned without
+    parallel workers, as console.selectors.search.matching_ids runs it)."""
+    from console.selectors import without_parallel_workers
+
     def probe() -> tuple[float, dict]:
         sql, params = query if isinstance(query, tuple) else query.query.sql_with_params()
-        with connection.cursor() as cursor:
+        serial = without_parallel_workers() if isinstance(query, tuple) else contextlib.nullcontext()
+        with serial, connection.cursor() as cursor:
             started = time.perf_counter()
             cursor.execute(sql, params)
             cursor.fetchall()
