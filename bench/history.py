@@ -142,6 +142,8 @@ def _one_size(attempts: int, *, workers: int, seconds: float, folder: Path) -> d
         windows.append(ledger_cycles(workers=workers, seconds=seconds, prefix=f"hist-b-{attempts}-{len(windows)}"))
     thread.join()
     during = statistics.mean(windows[:-1] or windows)
+    # Without the pass: the windows before it and after it (one alone moved by half between runs).
+    without = statistics.mean([without, ledger_cycles(workers=workers, seconds=seconds, prefix=f"hist-c-{attempts}")])
     result = outcome["result"]
     archived = sum(c.events for c in result.archived)
     files = [Path(c.archive_file) for c in result.archived]
@@ -161,7 +163,7 @@ def _one_size(attempts: int, *, workers: int, seconds: float, folder: Path) -> d
         "pass_s_per_M_events": round(outcome["seconds"] * per_million, 1),
         "disk_mb_before": round(disk_before / 2**20, 1),
         "event_mb_dropped": round(int(expired_bytes) / 2**20, 1),
-        # after: the jobs the cycles made during the pass are in it too
+        # after: the jobs the cycles made during and after the pass are in it too
         "disk_mb_after": round(_disk_bytes() / 2**20, 1),
     }
 

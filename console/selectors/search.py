@@ -136,18 +136,22 @@ def common_words(side: str) -> frozenset[str]:
 
 
 def words_query(query: str, common: frozenset[str]) -> str | None:
-    """The tsquery that `side`'s word index answers `query` with: the fragment's rare words, any
-    text too long to be split whole (LONG_TEXT) being a candidate too. None when the trigram index
-    is the better plan: the fragment holds no word, or only words the statistics call common."""
-    rare = [word.term for word in fragment_words(query) or () if _rare(word, common)]
-    if not rare:
+    """The tsquery that `side`'s word index answers `query` with: the fragment's whole words and
+    rare word starts, any text too long to be split whole (LONG_TEXT) being a candidate too. None
+    when the trigram index is the better plan: the fragment holds no rare word."""
+    words = fragment_words(query) or []
+    if not any(_rare(word, common) for word in words):
         return None
-    return " & ".join(rare) + f" | '{LONG_TEXT}'"
+    # A whole word costs little even when common (GIN steps through its entries to the rare
+    # word's), and narrows the match (`a` in `le-year-a-0000605`); the start of a common word
+    # would cost all its entries (GIN reads a prefix's matches in full, before the AND).
+    kept = [word.term for word in words if word.whole or _rare(word, common)]
+    return " & ".join(kept) + f" | '{LONG_TEXT}'"
 
 
 def _rare(word: Word, common: frozenset[str]) -> bool:
-    """A word the index finds in a few pages. A common word would add little, and the start of
-    one costs the whole of its entries (GIN reads a prefix's matches in full, before the AND)."""
+    """A word the index finds in a few pages: not among its statistics' common words, nor (the
+    start of a word) the start of one, nor shorter than three characters."""
     if word.whole:
         return word.text not in common
     return len(word.text) >= INSIDE_FROM and not any(known.startswith(word.text) for known in common)

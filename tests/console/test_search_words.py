@@ -43,9 +43,11 @@ def test_the_words_a_fragment_holds(query, terms):
     assert words_query(query, NONE_COMMON) == terms
 
 
-def test_common_words_are_left_out_and_a_fragment_of_common_words_keeps_the_trigrams():
+def test_the_start_of_a_common_word_is_left_out_and_a_fragment_with_no_rare_word_keeps_the_trigrams():
     common = frozenset({"hooli", "example", "year", "a"})
-    assert words_query("le-year-a-0000605", common) == "'0000605':* | '_long'"
+    # Whole words stay, common or not (`a` tells scale-year-a-… from scale-year-b-…).
+    assert words_query("le-year-a-0000605", common) == "'year' & 'a' & '0000605':* | '_long'"
+    assert words_query("x-0000605-hooli.exa", common) == "'0000605' & 'hooli' | '_long'"
     assert words_query("customer4@hooli.example", common) is None
     assert words_query("customer4@hooli.exa", common) is None  # the start of a common word
 
