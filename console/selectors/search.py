@@ -136,7 +136,7 @@ def common_words(side: str) -> frozenset[str]:
 
 
 def words_query(query: str, common: frozenset[str]) -> str | None:
-    """The tsquery that `side`'s word index answers `query` with: the fragment's whole words and
+    """The tsquery a word index answers `query` with (`common`: that index's common words): the fragment's whole words and
     rare word starts, any text too long to be split whole (LONG_TEXT) being a candidate too. None
     when the trigram index is the better plan: the fragment holds no rare word."""
     words = fragment_words(query) or []

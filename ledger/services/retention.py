@@ -62,16 +62,13 @@ class Pace:
                  rest: Callable[[float], None] = time.sleep) -> None:
         self.share, self.stretch, self.clock, self.rest = share, stretch, clock, rest
         self.since = clock()
-        self.rested = 0.0
 
     def __call__(self) -> None:
         if self.share >= 1:
             return
         worked = self.clock() - self.since
         if worked >= self.stretch:
-            pause = worked * (1 / self.share - 1)
-            self.rest(pause)
-            self.rested += pause
+            self.rest(worked * (1 / self.share - 1))
             self.since = self.clock()
 
 

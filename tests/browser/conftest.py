@@ -96,15 +96,15 @@ def log_in(live_server):
     for context in contexts:
         context.close()
     started = time.monotonic()
-    with connection.cursor() as cursor:
-        waited_for = sessions_on_the_database(cursor)
     try:
-        wait_for(lambda: not _other_sessions(), timeout=60, message="other database sessions to end")
-        if time.monotonic() - started > SLOW_TEARDOWN_S:
-            warnings.warn(f"the log-in teardown waited {time.monotonic() - started:.0f} s for other sessions to "
-                          f"end; sessions then: {waited_for}", stacklevel=1)
-    except AssertionError:
+        wait_for(lambda: not _other_sessions(), timeout=SLOW_TEARDOWN_S, message="other database sessions to end")
+    except AssertionError:  # a slow teardown says on what it waited
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity"
-                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
-            raise AssertionError(f"sessions still open: {cursor.fetchall()}") from None
+            waited_for = sessions_on_the_database(cursor)
+        try:
+            wait_for(lambda: not _other_sessions(), timeout=60, message="other database sessions to end")
+        except AssertionError:
+            with connection.cursor() as cursor:
+                raise AssertionError(f"sessions still open: {sessions_on_the_database(cursor)}") from None
+        warnings.warn(f"the log-in teardown waited {time.monotonic() - started:.0f} s for other sessions to "
+                      f"end; sessions after {SLOW_TEARDOWN_S:g} s: {waited_for}", stacklevel=1)
