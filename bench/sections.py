@@ -494,25 +494,28 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = H
              prefix: str = "scale") -> dict:
     """The console and the selection queries with `small`, then `large` attempts in the ledger.
 
-    The small history (its queue and SMALL_FINISHED finished jobs) is generated, then copied to a
-    second database where it grows to `large`
-    attempts (the same queue, the same job page); every page and query is then measured on both
-    databases alternately, so the ratio is measured side by side even on a loaded machine. The
-    finished jobs spread over the last `days` days (so over that many days' partitions of events).
-    Job ids start with `prefix` (a second call in one run, the history section's after the scale
-    section's, takes another: the first one's jobs stay in the small history).
+    The small history (its queue and SMALL_FINISHED finished jobs) is generated in a copy of the
+    bench's database, then copied to a second one where it grows to `large` attempts (the same
+    queue, the same job page); every page and query is then measured on both databases
+    alternately, so the ratio is measured side by side even on a loaded machine. The finished jobs
+    spread over the last `days` days (so over that many days' partitions of events); job ids start
+    with `prefix`. Both copies are dropped at the end, so the sections after this one find the
+    bench's database as it was (the small history's unknown jobs, once left in it, were reconciled
+    by the drain and rate-limit sections and halved their rates).
     """
-    started = time.monotonic()
-    generate(attempts=small, queued=queued, prefix=f"{prefix}-a", days=days)
-    # And a few finished jobs, so that what the searches look for (a provider's answer) is found in
-    # both histories, and each page shows the same rows at both sizes.
-    generate(attempts=SMALL_FINISHED, queued=0, prefix=f"{prefix}-f", days=days)
-    _sample_history(week=True)  # copied with the database: both sizes chart the same week
-    small_seconds = time.monotonic() - started
-    client, searched = _console_client()  # the login session is copied along with the database
-    small_db = connections["default"]
-    large_db = _clone_database(f"{small_db.settings_dict['NAME']}_large")
+    small_db = _clone_database(f"{connections['default'].settings_dict['NAME']}_small")
+    large_db = None
     try:
+        with _using(small_db):
+            started = time.monotonic()
+            generate(attempts=small, queued=queued, prefix=f"{prefix}-a", days=days)
+            # And a few finished jobs, so that what the searches look for (a provider's answer) is found in
+            # both histories, and each page shows the same rows at both sizes.
+            generate(attempts=SMALL_FINISHED, queued=0, prefix=f"{prefix}-f", days=days)
+            _sample_history(week=True)  # copied with the database: both sizes chart the same week
+            small_seconds = time.monotonic() - started
+            client, searched = _console_client()  # the login session is copied along with the database
+            large_db = _clone_database(f"{small_db.settings_dict['NAME']}_large")
         with _using(large_db):
             started = time.monotonic()
             grown = generate(attempts=large - small, queued=0, prefix=f"{prefix}-b", days=days)
@@ -530,7 +533,9 @@ def at_scale(*, small: int, large: int, queued: int, repeats: int, days: int = H
             for run, (timings, facts) in zip(runs, measured, strict=True):
                 run["selection"].append({"query": name, "median_ms": _summary(timings, 3)["median_ms"], **facts})
     finally:
-        _drop_database(large_db)
+        for database in (small_db, large_db):
+            if database is not None:
+                _drop_database(database)
     return {"small": small, "large": large, "queued": queued, "small_run": runs[0], "large_run": runs[1],
             "generation": {"small_s": round(small_seconds, 1), "large_s": round(large_seconds, 1),
                            "large_phases": grown.phases}}
