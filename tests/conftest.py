@@ -155,13 +155,13 @@ def smtp_sandbox(smtp_sandbox_process, settings):
 # by default it puts the files with the most tests first, which started these last and left one
 # worker running them alone at the end), so these start first and the short files fill in beside them.
 LONGEST_FIRST = (
-    "tests/browser/test_accessibility.py",  # every page for four roles, busy and empty, under axe
     "tests/bench/test_bench_quick.py",
     "tests/chaos/test_matrix.py",
-    "tests/api/test_live.py",  # Schemathesis, twice
-    "tests/ledger/test_stateful.py",
     "tests/deploy/test_install.py",  # a fresh environment with the wheel installed
+    "tests/api/test_live.py",  # Schemathesis, three runs
+    "tests/browser/test_accessibility.py",  # every page for four roles, busy and empty, under axe
     "tests/docs/test_readme.py",
+    "tests/ledger/test_stateful.py",
 )
 
 
