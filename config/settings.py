@@ -523,6 +523,8 @@ declare("RECKON_FAULT_JOBS", "", "Comma-separated job ids (a trailing * matches 
         group=HARNESS, internal=True)
 declare("RECKON_FAULT_DIR", "", "A folder of the run's own where fired fault points are recorded.", group=HARNESS,
         internal=True)
+declare("RECKON_TEST_CHROMIUM", "/usr/bin/chromium-headless-shell", "The Chromium the browser tests drive "
+        "(tests/browser/conftest.py); Debian's old headless shell unless set.", group=HARNESS, internal=True)
 declare("RECKON_URL", "http://127.0.0.1:8000", "Reckon's address for the example workers and the README's samples.",
         group=EXAMPLES)
 declare("RECKON_API_TOKEN", "", "The worker token the example workers send (`manage.py worker_token create`).",
