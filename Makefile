@@ -32,14 +32,12 @@ $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
-# child process on a free port. Much of the suite waits on real processes, so two workers help
-# even on two cores; a third helps only where the tests wait (tests/api: 287 s on two workers, 217 s
-# on three, 239 s on four) and not for the whole suite, whose longest tests (the quick bench, axe,
-# the chaos matrix) then share the two cores at once (1,119 s on three, 1,128 s on two before this
-# session's cuts). `make test TEST_WORKERS=0` runs it in one process. The files are handed out
+# child process on a free port. Much of the suite waits on real processes, so a third worker helps
+# even on two cores: the whole suite took 495 s on three and 551 s on two (pytest, one tree, one
+# machine, in turn). `make test TEST_WORKERS=0` runs it in one process. The files are handed out
 # in the order collected, the longest first (tests/conftest.py LONGEST_FIRST), not xdist's default
 # (most tests first), which started the longest last.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP) $(OIDC_PROVIDER)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
