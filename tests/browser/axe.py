@@ -57,14 +57,10 @@ CONTRAST_INPUTS = r"""() => {
 _contrast_judged: set[str] = set()  # inputs the color-contrast rule passed, in this process
 
 
-def violations(page) -> list[dict]:
+def violations(page) -> tuple[list[dict], bool]:
     """axe's violations on the page as it is now (its default rules: WCAG 2.x A/AA and best
-    practice; color-contrast when the page shows inputs it has not passed before)."""
-    return _run(page)[0]
-
-
-def _run(page) -> tuple[list[dict], bool]:
-    """(violations, whether color-contrast ran)."""
+    practice; color-contrast when the page shows inputs it has not passed before), and whether
+    color-contrast ran."""
     inputs = set(page.evaluate(CONTRAST_INPUTS))
     contrast = not inputs <= _contrast_judged
     options = {"resultTypes": ["violations"]}
@@ -86,7 +82,7 @@ def summary(found: list[dict]) -> str:
 
 def check(page, name: str) -> list[dict]:
     """Run axe, keep its result as an artifact, and return the serious and critical violations."""
-    found, contrast = _run(page)
+    found, contrast = violations(page)
     folder = ARTIFACTS / "axe"
     folder.mkdir(parents=True, exist_ok=True)
     record = {

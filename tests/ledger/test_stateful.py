@@ -429,8 +429,8 @@ class LedgerMachine(RuleBasedStateMachine):
         # connection prepares once: planning the twelve checks was 8.8 of their 9.5 ms a step.
         with psycopg.Cursor(connection.connection) as cursor:  # server-side binding, as preparing needs
             cursor.execute(ALL_CHECKS, prepare=True)
-            if any(cursor.fetchone()[0]):
-                assert not [(f.check, f.examples) for f in find_violations() if f.count]
+            counts = cursor.fetchone()[0]
+        assert not any(counts), [(f.check, f.examples) for f in find_violations() if f.count]
 
     @invariant()
     def at_most_one_live_attempt_per_job(self):

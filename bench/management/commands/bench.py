@@ -128,12 +128,13 @@ class Command(BaseCommand):
             if "history" in run:
                 # The quick run's pages over a year at a quarter of the scale section's sizes: the same
                 # paths (its generation over a year of partitions was half of this section's time).
-                small, large, queued = (1_000, 5_000, 500) if quick else (small, large, queued)
-                self._section(f"history: console and selection queries at {small:,} and {large:,} attempts over "
-                              f"a year of events ({history_bench.YEAR} days, in "
+                year = {"small": 1_000, "large": 5_000, "queued": 500} if quick else \
+                    {"small": small, "large": large, "queued": queued}
+                self._section(f"history: console and selection queries at {year['small']:,} and {year['large']:,} "
+                              f"attempts over a year of events ({history_bench.YEAR} days, in "
                               f"{settings.RECKON_HISTORY_PARTITION_DAYS}-day partitions)")
-                pages = sections.at_scale(small=small, large=large, queued=queued, repeats=3 if quick else 20,
-                                          days=history_bench.YEAR, prefix="scale-year")
+                pages = sections.at_scale(**year, repeats=3 if quick else 20, days=history_bench.YEAR,
+                                          prefix="scale-year")
                 self._scale(pages)
                 counts = (2, 5) if quick else (15, 50)
                 self._section(f"history: the hash-chain trigger's lookup of a job's previous event across "
