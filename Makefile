@@ -14,11 +14,12 @@ PORT ?= 8000
 # Reckon is installed editable, as one package with its worker client (pyproject.toml): the tests,
 # the examples and the chaos workers import the server's packages and reckon_client
 # (clients/python/src) from the checkout as it is, and `.venv/bin/reckon` is manage.py. The `bench`
-# extra is the peers the benchmark measures beside Reckon (bench/peers.py), pinned.
+# extra is the peers the benchmark measures beside Reckon (bench/peers.py), pinned. Nothing is
+# byte-compiled up front (a third of the install's time): a module is, when first imported.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --editable ".[test,bench]"
+	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench]"
 	rm -rf build *.egg-info
 	touch $(STAMP)
 

@@ -108,7 +108,7 @@ class Command(BaseCommand):
                 report["drain"] = drain.drain(world, **drain.QUICK if quick else drain.FULL)
                 self._drain(report["drain"])
             if "rate_limit" in run:
-                jobs, limit = (200, 50.0) if quick else (10_000, 100.0)
+                jobs, limit = (100, 50.0) if quick else (10_000, 100.0)  # quick: 2 s at the limit, each way
                 self._section(f"a backlog of {jobs:,} unknown jobs drained against a limit of {limit:g} lookups/s")
                 report["rate_limit"] = providers.rate_limit(world, jobs=jobs, limit=limit)
                 self._rows([report["rate_limit"]])
