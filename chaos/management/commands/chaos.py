@@ -48,16 +48,18 @@ class Command(BaseCommand):
         results: list[RunResult] = []
         try:
             for name in names:
+                begun = time.monotonic()
                 runs = run_scenario(world, SCENARIOS[name], runs=runs_per_point, seed=seed)
                 results += runs
-                self._progress(name, runs)
+                self._progress(name, runs, time.monotonic() - begun)
             deadline = time.monotonic() + random_minutes * 60
             extra = 0
             while time.monotonic() < deadline:
+                begun = time.monotonic()
                 runs = run_scenario(world, SCENARIOS["random_kills"], runs=1, seed=seed + 1 + extra)
                 extra += 1
                 results += runs
-                self._progress("random_kills", runs)
+                self._progress("random_kills", runs, time.monotonic() - begun)
         finally:
             world.close(keep=keep)
         rows = summarise(results)
@@ -75,11 +77,11 @@ class Command(BaseCommand):
                                   f"violations={r.ledger_violations}")
             raise CommandError(f"{len(failed)} of {len(results)} chaos runs failed (seed {seed})")
 
-    def _progress(self, name, runs):
+    def _progress(self, name, runs, seconds):
         passed = sum(r.passed for r in runs)
         figures = figures_of(runs)
         counted = ("  " + ", ".join(f"{key} {value}" for key, value in figures.items())) if figures else ""
-        self.stdout.write(f"  {name:<30} {passed}/{len(runs)} passed{counted}")
+        self.stdout.write(f"  {name:<30} {passed}/{len(runs)} passed in {seconds:.1f} s{counted}")
         self.stdout.flush()
 
 
