@@ -20,6 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
+def stop_like_ctrl_c() -> None:
+    """From now on SIGTERM stops this process as Ctrl-C does (KeyboardInterrupt), so that the
+    `finally` blocks of a command that started processes (the chaos world, the benchmark's) stop
+    them: a terminated command leaves nothing running."""
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 class WaitTimeout(AssertionError, TimeoutError):
     """A bounded wait ran out: a failed assertion to a test, a TimeoutError to a tool."""
 

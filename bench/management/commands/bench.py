@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from bench import batch, drain, http_cycle, mcp, peers, providers, sections
 from bench import history as history_bench
 from chaos.world import World
+from config.processes import stop_like_ctrl_c
 
 TARGETS = {
     "cycle_ratio_at_4": 0.3,
@@ -66,6 +67,7 @@ class Command(BaseCommand):
         if "peers" in run and peers.missing_peers():
             raise CommandError(f"the peers section needs {', '.join(peers.missing_peers())}: they are the `bench` "
                                "extra, pinned in pyproject.toml (`pip install -e '.[test,bench]'`, as make test does)")
+        stop_like_ctrl_c()  # the finally below closes the world (its cluster, sandbox and servers)
         world = World(prefix="reckon-bench-").start()
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                   "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}

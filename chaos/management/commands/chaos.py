@@ -1,6 +1,5 @@
 import json
 import logging
-import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from chaos.checks import RunResult
 from chaos.scenarios import SCENARIOS, ProviderInProgress409, run_scenario
 from chaos.world import World
+from config.processes import stop_like_ctrl_c
 
 
 class Command(BaseCommand):
@@ -39,7 +39,7 @@ class Command(BaseCommand):
                 raise CommandError("--jobs must be at least 1")
             SCENARIOS[ProviderInProgress409.name].jobs = jobs
         names = scenario or list(SCENARIOS)
-        signal.signal(signal.SIGTERM, _interrupted)  # stop like Ctrl-C: the finally below tears the world down
+        stop_like_ctrl_c()  # the finally below tears the world down
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one line per enqueue drowns the table
         world = World().start()
         self.stdout.write(f"scratch world in {world.workdir} (PostgreSQL on port {world.cluster.port}, "
@@ -124,5 +124,3 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _interrupted(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
