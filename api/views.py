@@ -152,25 +152,23 @@ def answers(
     }
 
 
-def _link(operation_id: str, lease_at: str | None = None, job_at: str = "") -> dict:
-    """A link to an operation on the same job, whose id the answer holds at `job_at`; `lease_at` says
-    where it holds the lease (a lease's `owner`, or "/attempt": the attempt's `lease_owner`)."""
-    link = {"operationId": operation_id, "parameters": {"job_id": f"$response.body#{job_at}/job_id"}}
+def _link(operation_id: str, lease_at: str | None = None) -> dict:
+    """A link to an operation on the same job; `lease_at` says where the answer holds the lease."""
+    link = {"operationId": operation_id, "parameters": {"job_id": "$response.body#/job_id"}}
     if lease_at is not None:
-        owner = "lease_owner" if lease_at == "/attempt" else "owner"
+        owner, token = ("owner", "fencing_token") if lease_at == "" else ("lease_owner", "fencing_token")
         link["requestBody"] = {
             "owner": f"$response.body#{lease_at}/{owner}",
-            "fencing_token": f"$response.body#{lease_at}/fencing_token",
+            "fencing_token": f"$response.body#{lease_at}/{token}",
         }
     return link
 
 
 RESULTS = ("recordSuccess", "recordFailure", "recordUnknown")
 JOB_LINKS = {"read": _link("getJob"), "claim": _link("claimJob"), "history": _link("getJobEvents")}
-LEASE_STEPS = ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
-LEASE_LINKS = {name: _link(name, lease_at="") for name in LEASE_STEPS}
-# A claim of up to `max` jobs answers {"leases": [...]}: its first lease carries on the same way.
-FIRST_LEASE_LINKS = {f"{name}.first": _link(name, lease_at="/leases/0", job_at="/leases/0") for name in LEASE_STEPS}
+LEASE_LINKS = {
+    name: _link(name, lease_at="") for name in ("renewLease", "verifyIdentity", "beginSideEffect", *RESULTS)
+}
 BEGUN_LINKS = {name: _link(name, lease_at="/attempt") for name in RESULTS}
 VERIFIED_LINKS = {"begin": _link("beginSideEffect", lease_at="/attempt")}
 LEASE_ERRORS = (400, 401, 404, 413, 415)
@@ -448,7 +446,7 @@ def claim(request: HttpRequest, job_id: JobIdInPath, body: ClaimRequest):
         413,
         415,
         error_texts={403: "the request names a tenant or action outside the token's scope"},
-        links={201: LEASE_LINKS | FIRST_LEASE_LINKS},
+        links={201: LEASE_LINKS},
         headers={204: NOTHING_HEADERS},
     ),
 )
