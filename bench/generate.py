@@ -170,7 +170,7 @@ def _load(histories: Iterable[tuple[tuple, list[tuple], list[tuple]]], *, events
         else:
             # What autovacuum would soon do anyway (while a benchmark measures): the visibility map
             # and hint bits of a table that has settled, as a long-lived ledger's has; and new
-            # statistics when the load added more than a tenth of the rows, as its analyze threshold
+            # statistics when the load added at least a tenth of the events, as its analyze threshold
             # (autovacuum_analyze_scale_factor) would, not after each small batch of pending jobs:
             # ANALYZE of the partitioned event table and the search text took a second a load.
             analyze = events >= ANALYZE_SHARE * first_ids["ledger_ledgerevent"]

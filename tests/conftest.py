@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 # No sweeper or reconciler loop runs during most tests: the dead-man gate would hold every
 # irreversible job. Worker processes started by tests inherit this; gate tests turn it on.
@@ -263,3 +266,13 @@ TransactionTestCase._fixture_teardown = _truncate_what_the_test_wrote
 # the client's delayed ACK of the headers: 40 ms on most requests. Schemathesis's 553 requests
 # averaged 46 ms. TCP_NODELAY on the live server's connections, as gunicorn sets on its own.
 QuietWSGIRequestHandler.disable_nagle_algorithm = True
+
+
+@pytest.fixture
+def scratch_folder():
+    """A folder of the test's own that the `postgres` user can reach when we are root (pytest's
+    tmp_path is 0700): for a PostgreSQL cluster the test, or a process it starts, makes there."""
+    folder = Path(tempfile.mkdtemp(prefix="reckon-test-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

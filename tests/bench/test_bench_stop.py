@@ -3,10 +3,8 @@ scratch world's PostgreSQL, sandbox and servers are stopped as on Ctrl-C, and it
 
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,16 +28,12 @@ def _processes_naming(folder: Path) -> list[str]:
 
 
 @pytest.fixture
-def scratch():
-    """The benchmark's TMPDIR: its world's folder is made here, so that its processes name it; one
-    the `postgres` user can pass through when we are root (pytest's tmp_path is 0700)."""
-    folder = Path(tempfile.mkdtemp(prefix="reckon-bench-stop-"))
-    os.chmod(folder, 0o711)
-    yield folder
-    for line in _processes_naming(folder):  # what a failed run left: killed, so that it does not linger
+def scratch(scratch_folder):
+    """The benchmark's TMPDIR: its world's folder is made here, so that its processes name it."""
+    yield scratch_folder
+    for line in _processes_naming(scratch_folder):  # what a failed run left: killed, so that it does not linger
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_terminated_benchmark_stops_its_world_and_removes_its_folder(scratch, tmp_path):

@@ -6,7 +6,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -91,15 +90,6 @@ def test_the_password_file_is_ours_alone():
     assert stat.S_ISREG(info.st_mode)
     assert stat.S_IMODE(info.st_mode) == 0o600
     assert info.st_uid == os.geteuid()
-
-
-@pytest.fixture
-def scratch_folder():
-    """A folder the `postgres` user can reach when we are root (pytest's tmp_path is 0700)."""
-    folder = Path(tempfile.mkdtemp(prefix="reckon-localdb-"))
-    os.chmod(folder, 0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _legacy_cluster(folder: Path, port: int) -> localdb.Cluster:

@@ -3,15 +3,12 @@
 import http.cookiejar
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -62,15 +59,12 @@ def _healthy(base: str) -> bool:
 
 
 @pytest.fixture
-def scratch_cluster():
-    """Where runstack makes an embedded cluster of its own (reachable by `postgres` when root)."""
-    folder = Path(tempfile.mkdtemp(prefix="reckon-runstack-"))
-    os.chmod(folder, 0o755)
-    cluster = Cluster(folder / "pg", _free_port())
+def scratch_cluster(scratch_folder):
+    """Where runstack makes an embedded cluster of its own."""
+    cluster = Cluster(scratch_folder / "pg", _free_port())
     yield cluster
     if cluster.running():
         cluster.stop()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_runstack_serves_a_logged_in_overview_and_stops_every_child_and_its_database_on_ctrl_c(scratch_cluster):
