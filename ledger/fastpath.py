@@ -377,9 +377,45 @@ def _events_sql(*, actor: str, kind: EventKind, job_status: str, before: str, ev
             "        FROM a ORDER BY a.job_id")
 
 
+# What a claim may take: a pending job not under recovery and not held by the dead-man gate. The
+# scoped claim's partial indexes (ledger.models.Job) hold exactly these jobs, by tenant, by action and
+# by both, oldest first.
+CLAIMABLE = f"j.status = {_sql(JobStatus.PENDING)} AND NOT j.recovery_pending AND j.gated_at IS NULL"
+
+# A scoped claim's candidates: the oldest claimable jobs of each of its keys (a tenant, an action, or
+# a tenant and an action), each key read through its index, merged oldest first; none passed over.
+SCOPE_KEYS = {
+    "tenants": ("unnest(p_tenants) s(tenant)", "j.tenant = s.tenant"),
+    "actions": ("unnest(p_actions) s(action)", "j.action = s.action"),
+    "both": ("unnest(p_tenants) t(tenant) CROSS JOIN unnest(p_actions) s(action)",
+             "j.tenant = t.tenant AND j.action = s.action"),
+}
+
+
+def _candidates(keys: str) -> str:
+    source, match = SCOPE_KEYS[keys]
+    wanted = "p_limit - cardinality(locked)"
+    return f"""SELECT array_agg(c.id ORDER BY c.created_at, c.id) INTO candidates FROM (
+                    SELECT c.id, c.created_at FROM {source} CROSS JOIN LATERAL (
+                        SELECT j.id, j.created_at FROM ledger_job j
+                        WHERE {match} AND {CLAIMABLE} AND j.id <> ALL(passed)
+                        ORDER BY j.created_at, j.id LIMIT {wanted}
+                    ) c
+                    ORDER BY c.created_at, c.id LIMIT {wanted}
+                ) c;"""  # nosec B608  # SQL generated from our own vocabulary, no input
+
+
 # Up to p_limit of the oldest pending jobs in scope, locked with SKIP LOCKED (concurrent batches
 # never pick the same job and never wait for each other), each claimed as reckon_claim claims it.
 # A row whose attempt is NULL: a job locked but left to the Python path. Own transaction: as above.
+#
+# Unscoped, one statement walks the pending jobs oldest first, locking as it goes. A scoped claim
+# must not walk other tenants' or actions' older jobs (measured: 17.6 ms a claim of 50 with no
+# other backlog, 40.6 ms behind 40,000 of another tenant's), so it reads its candidates through the
+# indexes of its keys, then locks them with SKIP LOCKED, and when others held some (a concurrent
+# claim read the same candidates) reads the next ones past those, until it has p_limit or none is
+# left. It locks only the jobs it claims: locking each key's first p_limit at once would lock up to
+# (keys - 1) x p_limit jobs it then leaves, and over the API every claim names its actions.
 def _claim_many() -> StepFunction:
     was = states_before(Execution.NOT_STARTED)
     running = _sql(JobStatus.RUNNING)
@@ -393,15 +429,34 @@ def _claim_many() -> StepFunction:
     return StepFunction("reckon_claim_many", arguments, f"""
 #variable_conflict use_column
 DECLARE
-    locked bigint[];
+    locked bigint[] := '{{}}';
+    passed bigint[] := '{{}}';
+    candidates bigint[];
 BEGIN
-    SELECT array_agg(c.id) INTO locked FROM (
-        SELECT j.id FROM ledger_job j
-        WHERE j.status = {_sql(JobStatus.PENDING)} AND NOT j.recovery_pending AND j.gated_at IS NULL AND {SCOPED}
-        ORDER BY j.created_at, j.id LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    ) c;
-    IF locked IS NULL THEN
+    IF p_tenants IS NULL AND p_actions IS NULL THEN
+        SELECT coalesce(array_agg(c.id), '{{}}') INTO locked FROM (
+            SELECT j.id FROM ledger_job j WHERE {CLAIMABLE}
+            ORDER BY j.created_at, j.id LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ) c;
+    ELSE
+        LOOP
+            IF p_actions IS NULL THEN
+                {_candidates("tenants")}
+            ELSIF p_tenants IS NULL THEN
+                {_candidates("actions")}
+            ELSE
+                {_candidates("both")}
+            END IF;
+            EXIT WHEN candidates IS NULL;
+            locked := locked || ARRAY(
+                SELECT j.id FROM ledger_job j WHERE j.id = ANY(candidates) AND {CLAIMABLE}
+                ORDER BY j.id FOR UPDATE SKIP LOCKED);
+            EXIT WHEN cardinality(locked) >= p_limit;
+            passed := passed || candidates;
+        END LOOP;
+    END IF;
+    IF cardinality(locked) = 0 THEN
         RETURN;
     END IF;
     IF p_own_transaction THEN

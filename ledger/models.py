@@ -24,6 +24,10 @@ from ledger.states import (
     SideEffect,
 )
 
+# A job a worker may claim: pending, not under recovery, not held by the dead-man gate (the same rule
+# in SQL: ledger.fastpath.CLAIMABLE).
+CLAIMABLE = Q(status=JobStatus.PENDING, recovery_pending=False, gated_at__isnull=True)
+
 
 def _one_of(field: str, choices) -> Q:
     return Q(**{f"{field}__in": [c.value if hasattr(c, "value") else c for c in choices]})
@@ -94,6 +98,13 @@ class Job(models.Model):
                 condition=Q(status__in=[s.value for s in UNKNOWN_WORK]),
             ),
             models.Index(fields=["gated_at"], name="job_gated", condition=Q(gated_at__isnull=False)),
+            # A scoped claim's candidates (ledger.fastpath.CLAIMABLE), oldest first for each tenant,
+            # action, or both, so that a claim never walks the older jobs of another tenant or action.
+            # Only claimable jobs are in them: a job enters when enqueued (or pending again) and
+            # leaves when claimed.
+            *(models.Index(fields=[*key, "created_at", "id"], name="job_claimable_" + "_".join(key),
+                           condition=CLAIMABLE)
+              for key in (["tenant"], ["action"], ["tenant", "action"])),
             # The reconciler's due-job selection, and nothing else.
             models.Index(
                 fields=["next_check_at"],

@@ -20,10 +20,9 @@ from django.db import connection, transaction
 
 from ledger import fastpath
 from ledger.fastpath import Scope
-from ledger.models import Job
+from ledger.models import CLAIMABLE, Job
 from ledger.services.errors import ClaimRefused
 from ledger.services.worker import Lease, claim_job
-from ledger.states import JobStatus
 
 # Candidates a claim may pass over (each refusal recorded) before it answers "nothing for now".
 MAX_PASSED_OVER = 20
@@ -75,7 +74,7 @@ def _claimed_one_by_one(worker: str, actions, tenants, *, limit: int) -> list[Le
 
 def _oldest_claimable(actions, tenants, passed_over: list[str]) -> str | None:
     """The oldest pending job in scope that nobody else is claiming right now, row-locked."""
-    pending = Job.objects.filter(status=JobStatus.PENDING, recovery_pending=False, gated_at__isnull=True)
+    pending = Job.objects.filter(CLAIMABLE)
     if actions is not None:
         pending = pending.filter(action__in=list(actions))
     if tenants is not None:

@@ -5,11 +5,16 @@ hash chain, and a refusal of one job refuses that job alone, saying why."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from api.waiting import listener_conninfo
+from bench.generate import pending_jobs
 from ledger import fastpath, services
+from ledger.actions import Action, _registry, register
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Outcome
@@ -138,6 +143,59 @@ def test_a_job_outside_the_callers_scope_is_refused_alone_and_untouched():
     assert isinstance(begun[1], services.NotInScope)
     assert list(LedgerEvent.objects.filter(job__job_id="theirs").values_list("id", flat=True)) == before
     assert services.claim_next_jobs(worker="w2", limit=5, tenants=["globex"]) == []  # leased to w1
+
+
+@pytest.fixture
+def other_action():
+    register(Action(name="test.other", lease_ttl=timedelta(seconds=30)))
+    yield "test.other"
+    _registry.pop("test.other", None)
+
+
+def _job_rows_fetched() -> int:
+    """Rows of ledger_job fetched through its indexes by this connection, as far as not yet reported
+    (pg_stat_xact_user_tables: this transaction's, and perhaps the last ones')."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'ledger_job'")
+        return cursor.fetchone()[0]
+
+
+# (scope, the older backlog out of scope as (tenant, action) pairs, the action of the jobs in scope)
+SCOPES = {
+    "tenants": ({"tenants": ["acme"]}, [("globex", "reckon.echo"), ("globex", "test.other")], "reckon.echo"),
+    "actions": ({"actions": ["test.other"]}, [("acme", "reckon.echo"), ("globex", "reckon.echo")], "test.other"),
+    "both": ({"tenants": ["acme"], "actions": ["test.other", "reckon.echo"]},
+             [("globex", "test.other"), ("acme", "test.ext")], "test.other"),
+}
+
+
+@pytest.mark.parametrize("scoped", SCOPES)
+def test_a_scoped_claim_reads_its_own_oldest_jobs_not_the_older_backlog_of_others(scoped, other_action):
+    scope, backlog, action = SCOPES[scoped]
+    for n, (tenant, backlog_action) in enumerate(backlog):
+        pending_jobs(count=300, prefix=f"theirs-{n}", tenant=tenant, action=backlog_action)
+    mine = [make_job(f"mine-{n}", tenant="acme", action=action).job_id for n in range(4)]
+
+    with transaction.atomic():  # the statistics are this transaction's (the claim's own, outside one)
+        before = _job_rows_fetched()
+        claimed, declined = fastpath.claim_next(worker="w", limit=3, scope=fastpath.Scope(**scope))
+        fetched = _job_rows_fetched() - before
+
+    assert [job.job_id for job, _ in claimed] == mine[:3] and declined == []
+    assert fetched <= 3 * 4, f"read {fetched} rows of ledger_job for a claim of 3, behind 600 out of scope"
+
+
+def test_a_scoped_claim_reads_past_the_jobs_another_claim_holds():
+    for n in range(4):
+        make_job(f"job-{n}", tenant="acme")
+    make_job("elsewhere", tenant="globex")
+    with psycopg.connect(listener_conninfo()) as other:  # another claim, still in its transaction
+        other.execute("SELECT 1 FROM ledger_job WHERE job_id = 'job-0' FOR UPDATE")
+        leases = services.claim_next_jobs(worker="w", limit=2, tenants=["acme"])
+        assert [lease.job_id for lease in leases] == ["job-1", "job-2"]
+        other.rollback()
+    assert [lease.job_id for lease in services.claim_next_jobs(worker="w", limit=5, tenants=["acme"])] == \
+        ["job-0", "job-3"]
 
 
 def test_a_batch_of_one_writes_exactly_what_the_one_job_steps_write():
