@@ -88,7 +88,9 @@ def test_a_key_from_meta_is_required_when_the_tool_says_so(gateway, upstream):
 
 def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_found_result_is_returned(gateway, upstream):
     token, name = acme_token(), title()
-    arguments = {"title": name, "body": "slow", "stall": 30}  # the upstream writes, then never answers in time
+    # The upstream writes, then answers only after five times the tool's timeout (2 s): long after the
+    # gateway gave up, and long before the package's end, whose upstream would otherwise wait for it.
+    arguments = {"title": name, "body": "slow", "stall": 10}
 
     lost = call(gateway.url, token, "notes.create_note", arguments)
 
