@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger.partitions import ensure as ensure_partitions
+from ledger.partitions import ensure_ahead, partitions
 
 JOB_COLUMNS = ("id", "job_id", "tenant", "action", "payload", "identity", "idempotency_key", "status", "lease_seq",
                "next_check_at", "check_count", "recovery_pending", "created_at", "updated_at")
@@ -479,3 +480,17 @@ def pending_jobs(*, count: int, prefix: str, action: str = "reckon.echo", tenant
 
     _copy(histories(), events=count)
     return names
+
+
+def empty_ledger(days: int = 40) -> None:
+    """No job, attempt or event: every event partition dropped, the last `days` days' and those
+    ahead made anew."""
+    with connection.cursor() as cursor:
+        for partition in partitions():
+            cursor.execute(f'DROP TABLE "{partition.name}"')
+        cursor.execute("TRUNCATE ledger_historycheckpoint, ledger_jobtombstone, ledger_ledgerevent, "
+                       "ledger_jobsearchtext, ledger_attempt, ledger_job CASCADE")
+        cursor.execute("SELECT now() - make_interval(days => %s)", [days])
+        (start,) = cursor.fetchone()
+    ensure_partitions(start, start + timedelta(days=days + 1))
+    ensure_ahead()

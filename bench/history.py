@@ -8,16 +8,15 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from bench.generate import generate
+from bench.generate import empty_ledger, generate
 from bench.sections import ledger_cycles
 from ledger import archive
-from ledger.partitions import EVENTS, ensure, ensure_ahead, partitions
+from ledger.partitions import EVENTS, partitions
 from ledger.services.retention import run_retention_pass
 
 TABLES = ("ledger_job", "ledger_attempt", "ledger_jobsearchtext")
@@ -32,18 +31,6 @@ def _disk_bytes() -> int:
         cursor.execute("SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) t", [list(TABLES)])
         (rest,) = cursor.fetchone()
     return int(events) + int(rest)
-
-
-def _empty_ledger(days: int = 40) -> None:
-    with connection.cursor() as cursor:
-        for partition in partitions():
-            cursor.execute(f'DROP TABLE "{partition.name}"')
-        cursor.execute("TRUNCATE ledger_historycheckpoint, ledger_jobtombstone, ledger_ledgerevent, "
-                       "ledger_jobsearchtext, ledger_attempt, ledger_job CASCADE")
-        cursor.execute("SELECT now() - make_interval(days => %s)", [days])
-        (start,) = cursor.fetchone()
-    ensure(start, start + timedelta(days=days + 1))
-    ensure_ahead()
 
 
 # The chain trigger's lookup (migration 0006, ledger.models.CHAIN_HASH): the job's latest event.
@@ -65,7 +52,7 @@ def chain_lookup(*, counts: tuple[int, ...], attempts: int, inserts: int) -> lis
     rows = []
     for count in counts:
         settings.RECKON_HISTORY_PARTITION_DAYS = 7
-        _empty_ledger(days=7 * count - 1)
+        empty_ledger(days=7 * count - 1)
         generate(attempts=attempts, queued=0, prefix=f"chain-{count}", days=7 * count - 1)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE ledger_ledgerevent")
@@ -108,7 +95,7 @@ def _events() -> int:
 
 def _one_size(attempts: int, *, workers: int, seconds: float, folder: Path) -> dict:
     settings.RECKON_HISTORY_PARTITION_DAYS = 7  # weekly: a 7-day retention moves about half the 30 days out
-    _empty_ledger()
+    empty_ledger()
     generate(attempts=attempts, queued=0, prefix=f"hist-{attempts}")
     events_before, disk_before = _events(), _disk_bytes()
     without = ledger_cycles(workers=workers, seconds=seconds, prefix=f"hist-a-{attempts}")

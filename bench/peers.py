@@ -497,12 +497,13 @@ def _slug(name: str) -> str:
     return "".join(c for c in name if c.isalnum())[:12]
 
 
-def peers(site: Site, *, seconds: float, rounds: int, variants=RECKON_VARIANTS, others=PEERS) -> dict:
-    """Every system at each of its process counts, `rounds` times, the order reversed every other
-    round; rows of medians, and the ratios the targets judge."""
+def peers(site: Site, *, seconds: float, rounds: int, variants=RECKON_VARIANTS, others=PEERS,
+          processes: tuple[int, ...] = (1, 4)) -> dict:
+    """Every system at each of its process counts among `processes`, `rounds` times, the order
+    reversed every other round; rows of medians, and the ratios the targets judge (at 4)."""
     install_peers(site)
     systems = [*variants, *others, *([pgbench_system(site.world)] if site.world is not None else [])]
-    cells = [(system, n) for system in systems for n in system.processes]
+    cells = [(system, n) for system in systems for n in system.processes if n in processes]
     rounds_of = {(system.name, n): [] for system, n in cells}
     for round_ in range(rounds):
         for system, n in cells if round_ % 2 == 0 else reversed(cells):

@@ -122,8 +122,9 @@ class Command(BaseCommand):
                 self._section("per recorded side effect: Reckon beside agent-once, effect-ledger, Procrastinate, "
                               "PgQueuer and pgbench -N, alternating rounds")
                 world.cluster.create_database("peers")
+                # The quick run: the 4-process cells the targets judge (one process runs the same code).
                 report["peers"] = peers.peers(peers.Site(peers_database="peers", world=world), seconds=seconds,
-                                              rounds=1 if quick else 3)
+                                              rounds=1 if quick else 3, processes=(4,) if quick else (1, 4))
                 self._rows(report["peers"]["rows"])
                 for name, ratio in report["peers"]["ratios"].items():
                     self.stdout.write(f"  {name}: {ratio['ratio']} ({ratio['reckon']})")
