@@ -49,7 +49,9 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
         assert {s["query"] for s in report["scale"][run]["selection"]} == {"search", "search by a payload value",
                                                                            "sweeper", "reconciler"}
         assert all(p["status"] == 200 for p in pages), pages
-        assert all(not s["seq_scan"] for s in report["scale"][run]["selection"]), report["scale"][run]["selection"]
+    # At the larger size every selection query reads through an index (on the small history's few
+    # pages a sequential scan is the cheaper plan, and PostgreSQL rightly takes it).
+    assert [s["query"] for s in report["scale"]["large_run"]["selection"] if s["seq_scan"]] == []
     # Query counts do not grow with the history.
     small = {p["page"]: p["queries"] for p in report["scale"]["small_run"]["pages"]}
     large = {p["page"]: p["queries"] for p in report["scale"]["large_run"]["pages"]}
