@@ -499,6 +499,10 @@ HYPOTHESIS_SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
+    # The same examples every run (a seed derived from the test): the path counts asserted below
+    # are then a property of the code, not of the draw; a random draw missed "verify_identity:
+    # accepted" once in a fresh-clone run (2026-12-02) and failed the build for nothing.
+    derandomize=True,
     # Swarm testing disables random rules per example; an example without `claim` can make no
     # step and is discarded, hence filter_too_much.
     suppress_health_check=[
