@@ -156,10 +156,10 @@ def _link(operation_id: str, lease_at: str | None = None) -> dict:
     """A link to an operation on the same job; `lease_at` says where the answer holds the lease."""
     link = {"operationId": operation_id, "parameters": {"job_id": "$response.body#/job_id"}}
     if lease_at is not None:
-        owner, token = ("owner", "fencing_token") if lease_at == "" else ("lease_owner", "fencing_token")
+        owner = "owner" if lease_at == "" else "lease_owner"  # a lease's, or "/attempt": the attempt's
         link["requestBody"] = {
             "owner": f"$response.body#{lease_at}/{owner}",
-            "fencing_token": f"$response.body#{lease_at}/{token}",
+            "fencing_token": f"$response.body#{lease_at}/fencing_token",
         }
     return link
 
