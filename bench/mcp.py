@@ -34,7 +34,7 @@ url = "{url}"
 
 [mcp.upstreams.tools.create_note]
 effect = "reversible"
-reconcile = {{ tool = "find_note", arguments = {{ title = "title" }} }}
+reconcile = {{ tool = "find_note", arguments = {{ title = "title" }}, found = "result", match = {{ title = "title" }} }}
 
 [mcp.upstreams.tools.find_note]
 effect = "none"

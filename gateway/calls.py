@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 
 from api.models import WorkerToken
 from approvals.services import open_approval_request
 from gateway.config import META_KEY, ToolPolicy, get_upstream
-from ledger.models import Job, LedgerEvent
+from gateway.reconcile import FOUND, LOOKUP, RESULT
+from ledger.models import Job, JobTombstone, LedgerEvent
 from ledger.services import (
     Batch,
     ClaimRefused,
@@ -46,8 +48,8 @@ from ledger.services import (
 from ledger.states import ActorType, EventKind, Execution, JobStatus
 
 REDACTED = "[redacted]"
-RESULT = "mcp_result"  # the evidence key under which the upstream's result is recorded
-REPLAY_META = "reckon/replay"
+REPLAY_META = "reckon/replay"  # the answer is the upstream's result recorded for an earlier call
+RECONCILED_META = "reckon/reconciled"  # the call's effect was found by a reconciler or a person
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Go:
     job_id: str
     lease: Lease
     idempotency_key: str  # passed on to the upstream in the call's _meta
+    secrets: tuple = ()  # the call's redacted values: scrubbed from whatever is written of it
 
 
 def console_link(job: Job) -> str:
@@ -98,26 +101,112 @@ def arguments_digest(arguments: dict) -> str:
 
 
 class Refused(Exception):
-    """The call is refused before the ledger is touched; the message says why."""
+    """The call is refused before the ledger is touched; the message says why (and `job` which job
+    refused it, when there is one)."""
+
+    def __init__(self, message: str, *, job: Job | None = None):
+        super().__init__(message)
+        self.job = job
 
 
-def job_id_for(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -> tuple[str, str]:
-    """The call's job id and what its key was made of."""
+def key_material(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -> tuple[dict, str]:
+    """What the call's idempotency key is made of, and how to say so."""
     if policy.key == "arguments":
-        material, made_of = {"tenant": tenant, "tool": policy.name, "arguments": arguments}, "arguments"
-    elif policy.key == "meta":
+        return {"tenant": tenant, "tool": policy.name, "arguments": arguments}, "arguments"
+    if policy.key == "meta":
         given = meta.get(META_KEY)
         if not isinstance(given, str) or not given.strip() or len(given) > 200:
             raise Refused(f"tool {policy.name} takes its idempotency key from the call's _meta: "
                           f'pass _meta {{"{META_KEY}": "<key>"}} (a string of at most 200 characters)')
-        material, made_of = {"tenant": tenant, "tool": policy.name, "key": given}, f"_meta {META_KEY}"
-    else:
-        name = policy.key.removeprefix("argument:")
-        if not isinstance(arguments.get(name), (str, int)) or isinstance(arguments.get(name), bool):
-            raise Refused(f"tool {policy.name} takes its idempotency key from the argument {name!r}, "
-                          "which this call lacks (or is not a string or an integer)")
-        material, made_of = {"tenant": tenant, "tool": policy.name, "key": arguments[name]}, f"argument {name}"
-    return f"mcp:{policy.name}:{hashlib.sha256(canonical(material).encode()).hexdigest()[:40]}", made_of
+        return {"tenant": tenant, "tool": policy.name, "key": given}, f"_meta {META_KEY}"
+    name = policy.key.removeprefix("argument:")
+    if not isinstance(arguments.get(name), (str, int)) or isinstance(arguments.get(name), bool):
+        raise Refused(f"tool {policy.name} takes its idempotency key from the argument {name!r}, "
+                      "which this call lacks (or is not a string or an integer)")
+    return {"tenant": tenant, "tool": policy.name, "key": arguments[name]}, f"argument {name}"
+
+
+def keyed_job_id(material: dict, secret_key: str) -> str:
+    """A call's job id: an HMAC of what its key is made of (the tenant among it), under a key derived
+    from the secret key, so that neither a redacted argument nor another tenant's future call can be
+    worked out from it."""
+    derived = hmac.new(secret_key.encode(), b"reckon: MCP gateway job ids", hashlib.sha256).digest()
+    return "mcp-" + hmac.new(derived, canonical(material).encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def unkeyed_job_id(material: dict) -> str:
+    """The job id gateways gave calls before ids were keyed (kept for the keys made then)."""
+    return f"mcp:{material['tool']}:{hashlib.sha256(canonical(material).encode()).hexdigest()[:40]}"
+
+
+def job_id_for(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -> tuple[str, str]:
+    """The call's job id and what its key was made of. A key the ledger already holds under an
+    earlier id (an unkeyed one, or one keyed under a secret key since rotated, listed in
+    RECKON_SECRET_KEY_FALLBACKS) keeps its id, live or archived: an upgrade repeats no effect."""
+    material, made_of = key_material(policy, tenant, arguments, meta)
+    current = keyed_job_id(material, settings.SECRET_KEY)
+    earlier = [keyed_job_id(material, key) for key in settings.SECRET_KEY_FALLBACKS]
+    if unkeyed_ids_may_exist():
+        earlier.append(unkeyed_job_id(material))
+    if earlier:
+        held = set(Job.objects.filter(job_id__in=earlier).values_list("job_id", flat=True))
+        held |= set(JobTombstone.objects.filter(job_id__in=earlier).values_list("job_id", flat=True))
+        if held and current not in held and not Job.objects.filter(job_id=current).exists():
+            return next(job_id for job_id in earlier if job_id in held), made_of
+    return current, made_of
+
+
+UNKEYED_ID = r"^mcp:[A-Za-z0-9_-]+\.[^:]+:[0-9a-f]{40}$"
+_unkeyed_ids: list[bool] = []  # asked once per process
+
+
+def unkeyed_ids_may_exist() -> bool:
+    """Whether the ledger holds (or archived) calls made by a gateway from before keyed ids: asked
+    once per process, since no gateway of this version makes one (upgrade every gateway at once)."""
+    if not _unkeyed_ids:
+        _unkeyed_ids.append(Job.objects.filter(job_id__regex=UNKEYED_ID).exists()
+                            or JobTombstone.objects.filter(job_id__regex=UNKEYED_ID).exists())
+    return _unkeyed_ids[0]
+
+
+def secrets_of(policy: ToolPolicy, arguments: dict) -> tuple:
+    """The call's redacted values, each as every piece of text it may show up as."""
+    pieces: set[str] = set()
+
+    def collect(value) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+        elif value is not None and not isinstance(value, bool):
+            text = str(value)
+            pieces.update(piece for piece in (text, json.dumps(text)[1:-1]) if piece)
+
+    for name in policy.redact:
+        if name in arguments:
+            collect(arguments[name])
+            if isinstance(arguments[name], (dict, list)):
+                pieces.add(canonical(arguments[name]))
+    return tuple(sorted(pieces, key=len, reverse=True))
+
+
+def scrubbed(value, secrets: tuple):
+    """`value` (a result, an error, a reason) with every redacted value of the call replaced."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {scrubbed(key, secrets): scrubbed(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(item, secrets) for item in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in secrets:
+        return REDACTED
+    return value
 
 
 def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: dict, agent: str) -> Answer | Go:
@@ -137,20 +226,20 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
         if lease is not None:
-            return Go(job_id, lease, lease.job.idempotency_key)
+            return Go(job_id, lease, lease.job.idempotency_key, secrets_of(policy, arguments))
     with transaction.atomic():
         try:
             job = enqueue_job(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
                               actor=agent, actor_type=ActorType.WORKER, dispatch=False)
         except JobConflict:
             raise Refused(f"the idempotency key of this call ({made_of}) was used before with other arguments: "
-                          f"refused, nothing called; job {job_id}") from None
+                          f"refused, nothing called; job {job_id}", job=Job.objects.get(job_id=job_id)) from None
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
-        return _answer_or_go(job, policy, agent, token)
+        return _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments))
 
 
-def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken) -> Answer | Go:
+def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:
     if job.status == JobStatus.PENDING and policy.effect == "irreversible" and policy.approval == "first_call":
         attempt = latest_attempt(job)
         if attempt.number == 1 and attempt.execution_state == Execution.NOT_STARTED:
@@ -163,7 +252,7 @@ def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken) 
         except ClaimRefused as exc:
             job.refresh_from_db()
             return Answer.saying(f"not called: {exc}", job=job)
-        return Go(job.job_id, lease, job.idempotency_key)
+        return Go(job.job_id, lease, job.idempotency_key, secrets)
     return answer_from_ledger(job)
 
 
@@ -173,8 +262,7 @@ def answer_from_ledger(job: Job) -> Answer:
     if job.status == JobStatus.SUCCEEDED:
         result = recorded_result(job)
         if result is None:
-            return Answer([{"type": "text", "text": f"done (confirmed, no result recorded); job {job.job_id}"}],
-                          meta=replay)
+            return reconciled(job)
         return Answer.recorded(result, **replay)
     if job.status == JobStatus.FAILED:
         result = recorded_result(job)
@@ -196,9 +284,35 @@ def answer_from_ledger(job: Job) -> Answer:
 
 
 def recorded_result(job: Job) -> dict | None:
-    """The upstream's result recorded for the job: by the call itself, or found by the reconciler."""
-    event = LedgerEvent.objects.filter(job=job, evidence__has_key=RESULT).order_by("-id").first()
+    """The upstream's own result for the job: recorded by the call itself, or given by a reconciler
+    that had it (gateway.reconcile.effect_found). Not a look-up's answer: that is not the tool's."""
+    # (Gateways before look-up rules recorded a look-up's answer as the result, without FOUND.)
+    event = (LedgerEvent.objects.filter(job=job, evidence__has_key=RESULT)
+             .exclude(Q(evidence__has_key=LOOKUP) & ~Q(evidence__has_key=FOUND)).order_by("-id").first())
     return event.evidence[RESULT] if event is not None else None
+
+
+def reconciled(job: Job) -> Answer:
+    """A call whose effect was confirmed without the tool's result: the agent is told so, with what
+    was found and how, not a result posing as the tool's."""
+    meta = {RECONCILED_META: True, "reckon/job": job.job_id, "reckon/console": console_link(job)}
+    event = LedgerEvent.objects.filter(job=job, evidence__has_key=LOOKUP).order_by("-id").first()
+    if event is not None:
+        found = event.evidence.get(FOUND, event.evidence.get(RESULT))
+        asked = event.evidence[LOOKUP]
+        meta |= {"reckon/found": found, "reckon/lookup": asked}
+        text = (f"done: the call's effect was found by the look-up {asked.get('tool')} "
+                f"({canonical(asked.get('arguments', {}))}): {canonical(found)}; the tool's own result was not "
+                f"recorded, and the tool was not called again; job {job.job_id}")
+    else:
+        event = LedgerEvent.objects.filter(job=job, evidence__has_key=FOUND).order_by("-id").first()
+        found = event.evidence[FOUND] if event is not None else None
+        if found is not None:
+            meta["reckon/found"] = found
+        who = "a reconciler" if event is not None else "a person or a reconciler"
+        text = (f"done: the call's effect was confirmed by {who}{f': {canonical(found)}' if found is not None else ''}"
+                f"; the tool's own result was not recorded, and the tool was not called again; job {job.job_id}")
+    return Answer([{"type": "text", "text": text}], meta=meta)
 
 
 def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: WorkerToken) -> Answer:
@@ -219,6 +333,7 @@ def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: Worke
 def close_call(go: Go, result: dict) -> Answer:
     """The upstream answered: a result is a success, a tool error a definitive failure (retried
     on the next identical call while attempts remain)."""
+    result = scrubbed(result, go.secrets)
     try:
         if result.get("isError"):
             text = " ".join(part.get("text", "") for part in result.get("content", []) if part.get("type") == "text")
@@ -233,6 +348,7 @@ def close_call(go: Go, result: dict) -> Answer:
 
 
 def lose_call(go: Go, reason: str) -> Answer:
+    reason = scrubbed(reason, go.secrets)
     try:
         record_unknown(lease=go.lease, reason=reason, evidence={"reason": reason})
     except (StaleLease, LedgerError):

@@ -13,7 +13,10 @@
                                                     # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"])
     timeout = 5
     redact = ["api_key"]                            # never written to the ledger nor shown
-    reconcile = { tool = "find_note", arguments = { title = "title" } }  # "$key": the idempotency key
+    # The look-up that settles an unknown call: the read-only tool, its arguments from the call's
+    # ("$key": the idempotency key), `found` a JMESPath expression naming the list of found items in
+    # its answer, `match` the found items' fields that must equal the call's arguments.
+    reconcile = { tool = "find_note", arguments = { title = "title" }, found = "result", match = { title = "title" } }
     # or reconciler = "python:dotted.path" | "webhook" (with webhook_url, webhook_secrets) | "external"
 
     [mcp.upstreams.tools.delete_notes]
@@ -31,6 +34,8 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+
+import jmespath
 
 from ledger.actions import Action, declared_action, register
 from ledger.declarations import DeclarationError, parse_action
@@ -52,11 +57,16 @@ PASSED_ON = ("reconciler", "webhook_url", "webhook_secrets", "webhook_timeout", 
 @dataclass(frozen=True)
 class Lookup:
     """How to reconcile through a read-only tool: call `tool` with arguments taken from the
-    original call (`arguments`: lookup argument -> call argument, or "$key"); a non-empty answer
-    means found (confirmed, the answer recorded as the result), an empty one not_found."""
+    original call (`arguments`: lookup argument -> call argument, or "$key"); `found`, a JMESPath
+    expression over its answer, names the list of items found, and `match` (found item's field ->
+    call argument, or "$key") the fields an item must share with the call to count. Zero items:
+    not_found; one: confirmed; more: conflict; an answer the rule cannot read: unavailable
+    (gateway/reconcile.py)."""
 
     tool: str
     arguments: dict[str, str]
+    found: str
+    match: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,23 +231,41 @@ def _parse_tool(upstream: str, tool: str, spec, timeout: float, refuse) -> ToolP
     approval = spec.get("approval", "first_call" if effect == "irreversible" else "replay")
     if approval not in APPROVALS or (effect != "irreversible" and "approval" in spec):
         raise problem('approval is for irreversible tools: "first_call" or "replay"')
-    lookup = None
-    if "reconcile" in spec:
-        rule = spec["reconcile"]
-        if "reconciler" in spec:
-            raise problem("give reconcile (a read-only tool) or reconciler, not both")
-        if not isinstance(rule, dict) or set(rule) - {"tool", "arguments"} or not isinstance(rule.get("tool"), str):
-            raise problem('reconcile = { tool = "<read-only tool>", arguments = { <its argument> = "<call argument>" } }')
-        arguments = rule.get("arguments", {})
-        if not isinstance(arguments, dict) or not all(isinstance(v, str) and v for v in arguments.values()):
-            raise problem('reconcile.arguments maps each lookup argument to a call argument (or "$key")')
-        hidden = sorted(set(arguments.values()) & set(redact))
-        if hidden:
-            raise problem(f"reconcile.arguments cannot use redacted arguments ({', '.join(hidden)}): "
-                          "the ledger never holds them")
-        lookup = Lookup(tool=rule["tool"], arguments=dict(arguments))
+    lookup = _parse_lookup(spec, redact, problem) if "reconcile" in spec else None
     return ToolPolicy(upstream=upstream, tool=tool, effect=effect, key=key, timeout=float(tool_timeout),
                       redact=tuple(redact), lookup=lookup, approval=approval)
+
+
+LOOKUP_EXAMPLE = ('reconcile = { tool = "find_tickets", arguments = { ref = "ref" }, found = "tickets", '
+                  'match = { ref = "ref" } }')
+LOOKUP_KEYS = {"tool", "arguments", "found", "match"}
+
+
+def _parse_lookup(spec: dict, redact: list[str], problem) -> Lookup:
+    """A look-up rule states what in the answer is the effect: nothing is found by guessing."""
+    rule = spec["reconcile"]
+    if "reconciler" in spec:
+        raise problem("give reconcile (a read-only tool) or reconciler, not both")
+    if not isinstance(rule, dict) or set(rule) - LOOKUP_KEYS or not isinstance(rule.get("tool"), str):
+        raise problem(f"reconcile takes {', '.join(sorted(LOOKUP_KEYS))}, e.g. {LOOKUP_EXAMPLE}")
+    if not isinstance(rule.get("found"), str) or not rule["found"].strip():
+        raise problem("reconcile.found is required: a JMESPath expression naming the list of items the look-up "
+                      "found in its answer (its structured content, or its text read as JSON), so that an answer "
+                      f"such as {{\"tickets\": []}} is not taken for an effect; e.g. {LOOKUP_EXAMPLE}")
+    try:
+        jmespath.compile(rule["found"])
+    except jmespath.exceptions.JMESPathError as exc:
+        raise problem(f"reconcile.found {rule['found']!r} is not a JMESPath expression: {exc}") from None
+    for part in ("arguments", "match"):
+        mapping = rule.get(part, {})
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) and v for v in mapping.values()):
+            raise problem(f'reconcile.{part} maps each name to a call argument (or "$key")')
+        hidden = sorted(set(mapping.values()) & set(redact))
+        if hidden:
+            raise problem(f"reconcile.{part} cannot use redacted arguments ({', '.join(hidden)}): "
+                          "the ledger never holds them")
+    return Lookup(tool=rule["tool"], arguments=dict(rule.get("arguments", {})), found=rule["found"].strip(),
+                  match=dict(rule.get("match", {})))
 
 
 def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:

@@ -95,7 +95,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         opened = await to_thread.run_sync(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
                                                                   meta=meta, agent=agent))
     except calls.Refused as exc:
-        return _result(calls.Answer.saying(str(exc)))
+        return _result(calls.Answer.saying(str(exc), job=exc.job))
     if isinstance(opened, calls.Answer):
         return _result(opened)
     try:

@@ -78,7 +78,8 @@ class McpCall:
     tool: str
     agents: list[str]  # the attempts' workers: the agent's token name and its MCP client
     arguments: dict  # as recorded: redacted arguments never reach the ledger
-    result: dict | None  # the upstream's result (or tool error), or what the reconciler found
+    result: dict | None  # the upstream's own result (or tool error)
+    found: dict | None  # what a reconciler found of the effect ({"item", "lookup"}), when it was confirmed so
     answered_from_ledger: int  # later calls with the same key, answered without calling the upstream
 
 
@@ -86,11 +87,18 @@ def mcp_call(record: JobRecord) -> McpCall | None:
     if not record.job.action.startswith("mcp:"):
         return None
     payload = record.job.payload
-    results = [event.evidence["mcp_result"] for event in record.events if "mcp_result" in event.evidence]
+    # The gateway's evidence keys (gateway/reconcile.py): the tool's result, the effect a reconciler
+    # found and the look-up it asked (a look-up's answer is never shown as the tool's result).
+    results = [event.evidence["mcp_result"] for event in record.events
+               if "mcp_result" in event.evidence and ("lookup" not in event.evidence or "mcp_found" in event.evidence)]
+    found = [{"item": event.evidence.get("mcp_found", event.evidence.get("mcp_result")),
+              "lookup": event.evidence.get("lookup")} for event in record.events
+             if "mcp_found" in event.evidence or ("lookup" in event.evidence and "mcp_result" in event.evidence)]
     agents = list(dict.fromkeys(a.lease_owner for a in record.attempts if a.lease_owner)) or \
         list(dict.fromkeys(e.actor for e in record.events if e.kind == EventKind.ENQUEUED))
     return McpCall(upstream=payload.get("upstream", ""), tool=payload.get("tool", ""), agents=agents,
                    arguments=payload.get("arguments", {}), result=results[-1] if results else None,
+                   found=found[-1] if found else None,
                    answered_from_ledger=sum(1 for e in record.events if e.kind == EventKind.ENQUEUE_REPEATED))
 
 

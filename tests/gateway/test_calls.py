@@ -73,6 +73,7 @@ def test_the_same_key_with_other_arguments_is_refused_and_nothing_is_called(gate
 
     assert refused.is_error
     assert "used before with other arguments" in text(refused) and "nothing called" in text(refused)
+    assert refused.meta["reckon/job"] == Job.objects.get(action="mcp:keyed.create_note").job_id
     assert upstream.notes(name) == 1
     assert Job.objects.get(action="mcp:keyed.create_note").status == JobStatus.SUCCEEDED
 
@@ -86,7 +87,7 @@ def test_a_key_from_meta_is_required_when_the_tool_says_so(gateway, upstream):
     assert upstream.notes(name) == 0 and not Job.objects.exists()
 
 
-def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_found_result_is_returned(gateway, upstream):
+def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_agent_is_told_what_was_found(gateway, upstream):
     token, name = acme_token(), title()
     # The upstream writes, then answers only after five times the tool's timeout (2 s): long after the
     # gateway gave up, and long before the package's end, whose upstream would otherwise wait for it.
@@ -110,9 +111,11 @@ def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_found_resul
 
     assert decision.outcome == "confirmed"
     settled = call(gateway.url, token, "notes.create_note", arguments)
-    assert not settled.is_error and settled.meta["reckon/replay"] is True
-    assert settled.structured_content == {"result": [{"id": settled.structured_content["result"][0]["id"],
-                                                      "title": name}]}
+    # The look-up's answer is not the tool's: the agent is told the effect was found, and by what.
+    assert not settled.is_error and "reckon/replay" not in settled.meta and settled.meta["reckon/reconciled"]
+    assert settled.meta["reckon/found"] == {"id": settled.meta["reckon/found"]["id"], "title": name}
+    assert settled.meta["reckon/lookup"] == {"tool": "notes.find_note", "arguments": {"title": name}}
+    assert settled.structured_content is None and "found by the look-up notes.find_note" in text(settled)
     assert upstream.notes(name) == 1
 
 
@@ -166,7 +169,7 @@ def test_the_reconcilers_first_look_at_an_unknown_call_waits_past_the_tools_time
 
     assert (decision.job_id, decision.outcome) == (job.job_id, "confirmed")
     again = call(gateway.url, token, "notes.create_note", arguments)
-    assert not again.is_error and again.meta["reckon/replay"] is True
+    assert not again.is_error and again.meta["reckon/reconciled"] is True
     assert upstream.notes(name) == 1
 
 

@@ -59,7 +59,7 @@ def one_round(first: Gateway, second_url: str, token: str, upstream) -> dict:
         "ran_while_unknown": ran_while_unknown,
         "retry_answers": [text(r) for r in retries],
         "reconciled": decision.outcome,
-        "settled_replay": bool(settled.meta.get("reckon/replay")),
+        "settled_reconciled": bool(settled.meta.get("reckon/reconciled")),
     }
 
 
@@ -78,7 +78,7 @@ def test_sigkill_of_the_gateway_mid_call_repeats_nothing_and_loses_nothing(actio
     for result in rounds:
         assert "not repeated" in result["retry_answers"][0]
         assert "outcome unknown, not repeated" in result["retry_answers"][1]
-        assert result["reconciled"] == "confirmed" and result["settled_replay"]
+        assert result["reconciled"] == "confirmed" and result["settled_reconciled"]
 
 
 def test_an_upstream_restarted_mid_call_leaves_the_call_unknown_until_reconciled_then_it_runs_once(

@@ -27,7 +27,7 @@ command = ["python", "crm.py"]
 effect = "reversible"
 key = "argument:email"
 timeout = 4
-reconcile = { tool = "find_contact", arguments = { email = "email" } }
+reconcile = { tool = "find_contact", arguments = { email = "email" }, found = "contacts" }
 
 [mcp.upstreams.tools.find_contact]
 effect = "none"
@@ -54,10 +54,26 @@ approval = "replay"
     (upstream(write={"effect": "maybe"}), "effect must be one of none, reversible, irreversible"),
     (upstream(write={"effect": "reversible", "key": "random"}), 'key must be "arguments", "argument:<name>" or "meta"'),
     (upstream(write={"effect": "none", "redact": ["x"]}), "a read-only tool is passed through"),
-    (upstream(write={"effect": "reversible", "reconcile": {"tool": "write"}}), "must be a declared read-only tool"),
+    (upstream(write={"effect": "reversible", "reconcile": {"tool": "write", "found": "items"}}),
+     "must be a declared read-only tool"),
     (upstream(write={"effect": "reversible", "redact": ["token"],
-                     "reconcile": {"tool": "look", "arguments": {"token": "token"}}}, look={"effect": "none"}),
+                     "reconcile": {"tool": "look", "arguments": {"token": "token"}, "found": "items"}},
+              look={"effect": "none"}),
      "cannot use redacted arguments"),
+    (upstream(write={"effect": "reversible", "redact": ["token"],
+                     "reconcile": {"tool": "look", "found": "items", "match": {"secret": "token"}}},
+              look={"effect": "none"}),
+     "reconcile.match cannot use redacted arguments"),
+    # Without a rule, "anything but null, '', [] or {}" confirmed {"tickets": []}: a rule is required.
+    (upstream(write={"effect": "reversible", "reconcile": {"tool": "look", "arguments": {"ref": "ref"}}},
+              look={"effect": "none"}),
+     'reconcile.found is required: a JMESPath expression naming the list of items the look-up found'),
+    (upstream(write={"effect": "reversible", "reconcile": {"tool": "look", "found": "tickets[?"}},
+              look={"effect": "none"}),
+     "reconcile.found 'tickets[?' is not a JMESPath expression"),
+    (upstream(write={"effect": "reversible", "reconcile": {"tool": "look", "found": "x", "when": "y"}},
+              look={"effect": "none"}),
+     'reconcile takes arguments, found, match, tool, e.g. reconcile = { tool = "find_tickets"'),
     (upstream(write={"effect": "reversible", "approval": "first_call"}), "approval is for irreversible tools"),
     (upstream(), "declare its tools"),
     ({**upstream(write={"effect": "none"}), "command": ["x"]}, "either url (Streamable HTTP) or command (stdio)"),
