@@ -94,10 +94,11 @@ def redacted(policy: ToolPolicy, arguments: dict) -> dict:
     return {name: (REDACTED if name in policy.redact else value) for name, value in arguments.items()}
 
 
-def arguments_digest(arguments: dict) -> str:
+def arguments_digest(arguments: dict, secret_key: str | None = None) -> str:
     """Tells two calls' full arguments apart without storing them: keyed, so that a redacted
     secret cannot be guessed back from the digest."""
-    return hmac.new(settings.SECRET_KEY.encode(), canonical(arguments).encode(), hashlib.sha256).hexdigest()
+    key = settings.SECRET_KEY if secret_key is None else secret_key
+    return hmac.new(key.encode(), canonical(arguments).encode(), hashlib.sha256).hexdigest()
 
 
 class Refused(Exception):
@@ -139,21 +140,26 @@ def unkeyed_job_id(material: dict) -> str:
     return f"mcp:{material['tool']}:{hashlib.sha256(canonical(material).encode()).hexdigest()[:40]}"
 
 
-def job_id_for(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -> tuple[str, str]:
-    """The call's job id and what its key was made of. A key the ledger already holds under an
-    earlier id (an unkeyed one, or one keyed under a secret key since rotated, listed in
-    RECKON_SECRET_KEY_FALLBACKS) keeps its id, live or archived: an upgrade repeats no effect."""
+def job_id_for(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -> tuple[str, str, str]:
+    """The call's job id, what its key was made of, and its arguments' digest. A key the ledger
+    already holds under an earlier id (an unkeyed one, or one keyed under a secret key since
+    rotated, listed in RECKON_SECRET_KEY_FALLBACKS) keeps its id, live or archived, and its digest
+    is made under the key its job's was: an upgrade or a key rotation repeats no effect."""
     material, made_of = key_material(policy, tenant, arguments, meta)
     current = keyed_job_id(material, settings.SECRET_KEY)
     earlier = [keyed_job_id(material, key) for key in settings.SECRET_KEY_FALLBACKS]
     if unkeyed_ids_may_exist():
         earlier.append(unkeyed_job_id(material))
     if earlier:
-        held = set(Job.objects.filter(job_id__in=earlier).values_list("job_id", flat=True))
-        held |= set(JobTombstone.objects.filter(job_id__in=earlier).values_list("job_id", flat=True))
-        if held and current not in held and not Job.objects.filter(job_id=current).exists():
-            return next(job_id for job_id in earlier if job_id in held), made_of
-    return current, made_of
+        held = dict(Job.objects.filter(job_id__in=[current, *earlier]).values_list("job_id", "payload"))
+        held |= {job_id: {} for job_id in
+                 JobTombstone.objects.filter(job_id__in=earlier).values_list("job_id", flat=True)}
+        if held and current not in held:
+            job_id = next(job_id for job_id in earlier if job_id in held)
+            digests = [arguments_digest(arguments, key) for key in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS)]
+            recorded = held[job_id].get("arguments_digest")
+            return job_id, made_of, recorded if recorded in digests else digests[0]
+    return current, made_of, arguments_digest(arguments)
 
 
 UNKEYED_ID = r"^mcp:[A-Za-z0-9_-]+\.[^:]+:[0-9a-f]{40}$"
@@ -192,14 +198,18 @@ def secrets_of(policy: ToolPolicy, arguments: dict) -> tuple:
     return tuple(sorted(pieces, key=len, reverse=True))
 
 
+# A piece of a redacted value this long is scrubbed too: error texts shorten what they echo
+# (pydantic's validation errors show a long value's start and end around "...").
+PIECE = 6
+
+
 def scrubbed(value, secrets: tuple):
-    """`value` (a result, an error, a reason) with every redacted value of the call replaced."""
+    """`value` (a result, an error, a reason) with every redacted value of the call, and every
+    piece of one at least PIECE characters long, replaced."""
     if not secrets:
         return value
     if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
+        return _scrubbed_text(value, secrets)
     if isinstance(value, dict):
         return {scrubbed(key, secrets): scrubbed(item, secrets) for key, item in value.items()}
     if isinstance(value, list):
@@ -214,9 +224,9 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
     tenant = upstream.tenant
     if not token.allows(tenant=tenant, action=policy.action):
         raise Refused(f"token {token.name!r} may not call {policy.name} (tenant {tenant}, action {policy.action})")
-    job_id, made_of = job_id_for(policy, tenant, arguments, meta)
+    job_id, made_of, digest = job_id_for(policy, tenant, arguments, meta)
     payload = {"upstream": policy.upstream, "tool": policy.tool, "arguments": redacted(policy, arguments),
-               "arguments_digest": arguments_digest(arguments), "key_made_of": made_of}
+               "arguments_digest": digest, "key_made_of": made_of}
     if policy.effect != "irreversible":  # (an irreversible tool may have to ask a person first)
         # A new key, in the ordinary case: enqueued, claimed and begun in one round trip and one
         # durable commit. A key seen before (None) takes the general path below.
@@ -354,6 +364,31 @@ def lose_call(go: Go, reason: str) -> Answer:
     except (StaleLease, LedgerError):
         pass  # already settled elsewhere (the sweeper); what the ledger says is the answer
     return answer_from_ledger(Job.objects.get(job_id=go.job_id))
+
+
+def _scrubbed_text(text: str, secrets: tuple) -> str:
+    hidden = bytearray(len(text))
+    for secret in secrets:
+        if len(secret) < PIECE:
+            start = text.find(secret)
+            while start != -1:
+                hidden[start:start + len(secret)] = b"\1" * len(secret)
+                start = text.find(secret, start + 1)
+            continue
+        pieces = {secret[i:i + PIECE] for i in range(len(secret) - PIECE + 1)}
+        for i in range(len(text) - PIECE + 1):
+            if text[i:i + PIECE] in pieces:
+                hidden[i:i + PIECE] = b"\1" * PIECE
+    if not any(hidden):
+        return text
+    kept, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and hidden[j] == hidden[i]:
+            j += 1
+        kept.append(REDACTED if hidden[i] else text[i:j])
+        i = j
+    return "".join(kept)
 
 
 def _summary(result: dict) -> str:

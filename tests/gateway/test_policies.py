@@ -11,6 +11,7 @@ from api.tokens import worker_token_create
 from approvals.models import ApprovalRequest
 from approvals.services import ApprovalRefused, approve
 from console.models import TenantScope
+from gateway.calls import PIECE
 from ledger.models import Job
 from ledger.states import JobStatus
 from tests.gateway.conftest import call, list_tools, text
@@ -144,3 +145,48 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     assert not ran.is_error and upstream.notes(name) == 1
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
+
+
+def test_an_upstream_error_that_echoes_a_redacted_argument_is_scrubbed_before_anything_is_written(
+        gateway, upstream, client, operator):
+    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token, title(), \
+        f"sk-{uuid.uuid4().hex}"
+    # The SDK's own validation error quotes the call's arguments, the redacted one among them.
+    arguments = {"title": name, "api_key": secret}
+
+    refused = call(gateway.url, token, "notes.create_note", arguments)
+
+    # (It shows a long value's start and end: the end of the secret was there.)
+    assert refused.is_error and "validation error" in text(refused) and "[redacted]" in text(refused)
+    assert secret[-PIECE:] not in text(refused) and secret[:PIECE] not in text(refused)
+    job = Job.objects.get(action="mcp:notes.create_note")
+    assert "[redacted]" in job.attempts.get(number=1).error
+    assert rows_holding(name) and rows_holding(secret) == []
+    assert rows_holding(secret[-PIECE:]) == [] and rows_holding(secret[3:20]) == []  # nor a piece of it
+    assert secret not in gateway.output()
+    TenantScope.objects.create(user=operator, all_tenants=True)
+    client.force_login(operator)
+    page = client.get(f"/jobs/{job.job_id}/").content.decode()
+    assert name in page and "[redacted]" in page and secret not in page
+    export = b"".join(client.get("/audit/export.csv", {"job": job.job_id}).streaming_content).decode()
+    assert job.job_id in export and secret not in export
+    found = client.get("/search/", {"q": secret}).content.decode()
+    assert job.job_id not in found
+    assert job.job_id in client.get("/search/", {"q": name}, follow=True).content.decode()
+
+
+def test_a_job_id_tells_nothing_of_the_arguments_without_the_secret_key(settings, actions_file):
+    """The id was sha256 of the arguments: a 4-digit secret came back from it by trying them all."""
+    from gateway.calls import job_id_for, key_material, unkeyed_job_id
+    from gateway.config import get_upstream
+
+    policy = get_upstream("notes").tools["create_note"]
+    arguments = {"title": "pin", "body": "b", "api_key": "4821"}
+    job_id, *_ = job_id_for(policy, "acme", arguments, {})
+
+    guessed = [unkeyed_job_id(key_material(policy, "acme", {**arguments, "api_key": f"{pin:04d}"}, {})[0])
+               for pin in range(10_000)]
+    assert job_id.startswith("mcp-") and job_id not in guessed
+    assert job_id_for(policy, "globex", arguments, {})[0] != job_id  # another tenant's call is another job
+    settings.SECRET_KEY = "another deployment's secret key, as long as the real one"
+    assert job_id_for(policy, "acme", arguments, {})[0] != job_id
