@@ -229,8 +229,10 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
     if request.requested_by_id is not None:
         if request.requested_by_id == user.pk:
             through = request.requested_by_actor
+            # The MCP gateway's agents are named mcp:<token>:<client>; a pull reconciler's answers otherwise.
+            given = "a tool call made" if through.startswith("mcp:") else "an answer given"
             behind = "" if through in (name, "reconciler") else (
-                f" (through {through}: an answer given with a worker token {name} issued)"
+                f" (through {through}: {given} with a worker token {name} issued)"
             )
             raise ApprovalRefused(
                 f"four eyes: {name} requested this approval{behind} and cannot {what}; another approver must decide"

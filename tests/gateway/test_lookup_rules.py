@@ -53,7 +53,34 @@ reconcile = {{ tool = "describe_tickets", arguments = {{ ref = "ref" }}, found =
 
 [mcp.upstreams.tools.describe_tickets]
 effect = "none"
+
+[[mcp.upstreams]]
+name = "helpdesk_own"
+tenant = "acme"
+url = "{url}"
+
+[mcp.upstreams.tools.open_ticket]
+effect = "reversible"
+key = "argument:ref"
+reconciler = "python:tests.gateway.test_lookup_rules.ticket_by_hand"
 """
+DESK_DB: list[Path] = []  # the helpdesk's file, for the team's own reconciler below
+
+
+def ticket_by_hand(job, attempt):
+    """A team's own reconciler for a gateway tool: it reads the helpdesk's records itself."""
+    from gateway.reconcile import effect_found
+    from reconciliation.findings import Finding
+    from reconciliation.models import CheckOutcome
+
+    called = job.payload["arguments"]
+    with sqlite3.connect(DESK_DB[0]) as connection:
+        row = connection.execute("SELECT id, ref FROM tickets WHERE ref = ?", (called["ref"],)).fetchone()
+    if row is None:
+        return Finding(CheckOutcome.NOT_FOUND, "no ticket carries the call's reference")
+    return effect_found({"id": row[0], "ref": row[1]}, reason="the helpdesk's records hold the ticket",
+                        result={"content": [{"type": "text", "text": f"ticket #{row[0]}"}],
+                                "structuredContent": {"id": row[0], "ref": row[1]}, "isError": False})
 
 RULE = Lookup(tool="find_tickets", arguments={"ref": "ref"}, found="tickets", match={"ref": "ref"})
 
@@ -98,6 +125,7 @@ def helpdesk(tmp_path_factory):
     port, db = free_port(), folder / "helpdesk.sqlite3"
     argv = [sys.executable, str(HELPDESK), "--db", str(db), "--port", str(port)]
     desk = Helpdesk(argv, db, f"http://127.0.0.1:{port}/mcp")
+    DESK_DB[:] = [db]
     desk.start()
     yield desk
     desk.stop()
@@ -215,3 +243,38 @@ def test_a_call_made_while_the_helpdesk_was_down_is_found_not_to_have_happened_a
     assert not ran.is_error and "reckon/replay" not in ran.meta and helpdesk.tickets(name) == 1
     again = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", arguments)
     assert again.meta["reckon/replay"] is True and helpdesk.tickets(name) == 1
+
+
+def test_a_dry_run_prints_the_verdict_a_rule_reaches_for_one_call_and_changes_nothing(
+        desk_gateway, helpdesk):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    there, missing = ref(), ref()
+    helpdesk.open_by_hand(there)
+
+    def dry_run(tool: str, name: str) -> str:
+        out = StringIO()
+        call_command("mcp_lookup", tool, arguments=f'{{"ref": "{name}", "subject": "printer"}}', stdout=out)
+        return out.getvalue()
+
+    printed = dry_run("helpdesk.open_ticket", there)
+    assert "verdict: confirmed" in printed and f'"arguments": {{"ref": "{there}"}}' in printed
+    assert "verdict: not_found" in dry_run("helpdesk.open_ticket", missing)
+    assert "verdict: unavailable" in dry_run("helpdesk_prose.open_ticket", there)
+    assert not Job.objects.exists() and helpdesk.tickets(missing) == 0
+
+
+def test_a_teams_own_reconciler_gives_the_tools_result_through_the_public_helper(
+        desk_gateway, helpdesk, agent_token):
+    name = ref()
+    helpdesk.open_by_hand(name)
+    job = unknown_call(agent_token, "helpdesk_own", name)
+
+    assert reconcile_job(job_id=job.job_id).outcome == "confirmed"
+
+    told = call(desk_gateway.url, agent_token.token, "helpdesk_own.open_ticket", {"ref": name, "subject": "printer"})
+    assert not told.is_error and told.meta["reckon/replay"] is True
+    assert told.structured_content["ref"] == name and text(told).startswith("ticket #")
+    assert helpdesk.tickets(name) == 1

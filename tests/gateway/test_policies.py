@@ -108,7 +108,8 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
     request = ApprovalRequest.objects.get(job=job)
     assert request.evidence["tool"] == "notes.delete_notes" and request.evidence["arguments"] == {"title": name}
 
-    with pytest.raises(ApprovalRefused, match="four eyes"):
+    with pytest.raises(ApprovalRefused, match="four eyes: tess requested this approval .through mcp:cleaner:"
+                                              "test-agent/1.0: a tool call made with a worker token tess issued"):
         approve(request_id=request.pk, user=owner, note="my own agent, fine")
     approve(request_id=request.pk, user=approver, note="checked the notes: delete them")
 
