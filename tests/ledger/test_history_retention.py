@@ -270,6 +270,11 @@ def test_restore_archive_brings_a_period_back_read_only(archive_dir):
 @pytest.fixture
 def standard_partitions_afterwards(transactional_db):
     yield
+    restore_standard_partitions()
+
+
+def restore_standard_partitions() -> None:
+    """After a test that committed its own layout: the partitions every other test expects."""
     with connection.cursor() as cursor:
         for partition in partitions():
             cursor.execute(f'DROP TABLE "{partition.name}"')
