@@ -32,6 +32,7 @@ from ledger.services import (
     ClaimRefused,
     GateClosed,
     InvalidJob,
+    JobArchived,
     JobConflict,
     Lease,
     LedgerError,
@@ -233,6 +234,8 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
         try:
             lease = enqueue_claim_and_begin(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
                                             worker=agent)
+        except JobArchived as exc:
+            raise Refused(archived(policy, exc)) from None
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
         if lease is not None:
@@ -241,12 +244,19 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
         try:
             job = enqueue_job(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
                               actor=agent, actor_type=ActorType.WORKER, dispatch=False)
+        except JobArchived as exc:
+            raise Refused(archived(policy, exc)) from None
         except JobConflict:
             raise Refused(f"the idempotency key of this call ({made_of}) was used before with other arguments: "
-                          f"refused, nothing called; job {job_id}", job=Job.objects.get(job_id=job_id)) from None
+                          f"refused, nothing called; job {job_id}", job=Job.objects.filter(job_id=job_id).first()) from None
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
         return _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments))
+
+
+def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
+    """A key whose call was made long enough ago that only its tombstone is left."""
+    return f"archived: this call of {policy.name} was made before: {refusal}; not repeated, nothing called"
 
 
 def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:

@@ -581,6 +581,7 @@ def insert_values(model, given: dict[str, str]) -> tuple[str, str]:
 # A job enqueued by a caller that claims it itself at once (the MCP gateway: no worker is handed
 # it): the job, its first attempt and the `enqueued` event, as enqueue_job writes them with
 # dispatch=False. An id (or key) already taken changes nothing (no row): enqueue_job then compares.
+# An archived one is the job table's to refuse (its trigger, ledger.tombstones), as on every path.
 def _enqueue() -> StepFunction:
     job_columns, job_values = insert_values(Job, {
         "job_id": "p_job", "tenant": "p_tenant", "action": "p_action", "payload": "p_payload",

@@ -12,6 +12,7 @@ from django.db import connection
 
 from ledger.models import CHAIN_HASH
 from ledger.states import CONSISTENCY, JOB_STATUS_FOR_LATEST, LIVE_EXECUTION, Execution
+from ledger.tombstones import LIVE_WITH_TOMBSTONE_SQL
 
 
 @dataclass
@@ -164,6 +165,11 @@ CHECKS: list[tuple[str, str, str]] = [
         "attempts holding a fencing token the job never issued",
         """SELECT j.job_id || '#' || a.number FROM ledger_attempt a JOIN ledger_job j ON j.id = a.job_id
         WHERE a.lease_token > j.lease_seq""",
+    ),
+    (
+        "job_with_tombstone",
+        "live jobs whose id or key has a tombstone: an archived job's key that ran again",
+        LIVE_WITH_TOMBSTONE_SQL,
     ),
     (
         "history_chain_broken",

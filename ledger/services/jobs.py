@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
+from ledger import tombstones
 from ledger.actions import get_action
 from ledger.identifiers import InvalidIdentifier, validate_job_id
 from ledger.models import Job, JobTombstone
@@ -35,8 +38,9 @@ def enqueue_job(
     handed it or woken for it."""
     job_id, tenant, declared, payload, identity = checked_job(job_id=job_id, tenant=tenant, action=action,
                                                               payload=payload, identity=identity)
+    key = idempotency_key_for(action=action, job_id=job_id)
     try:
-        with transaction.atomic():
+        with refused_if_archived(job_id=job_id, key=key), transaction.atomic():
             job = Job.objects.create(
                 job_id=job_id,
                 tenant=tenant,
@@ -44,13 +48,8 @@ def enqueue_job(
                 payload=payload,
                 identity=identity,
                 policy=declared.policy.as_json(),
-                idempotency_key=idempotency_key_for(action=action, job_id=job_id),
+                idempotency_key=key,
             )
-            # After the insert: a retention pass that removed this job's row (and wrote its
-            # tombstone) has committed by now, or the insert would still be waiting on it.
-            tombstone = JobTombstone.objects.select_related("checkpoint").filter(job_id=job_id).first()
-            if tombstone:
-                raise JobArchived(tombstone)
             with Batch() as batch:
                 attempt = batch.open_attempt(job, 1)
                 batch.record_event(job, attempt, actor_type=actor_type, actor=actor, kind=EventKind.ENQUEUED,
@@ -62,7 +61,15 @@ def enqueue_job(
     except IntegrityError:
         pass  # the job exists (perhaps created concurrently): compare and return it
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(job_id=job_id)
+        job = Job.objects.select_for_update().filter(job_id=job_id).first()
+        if job is None:
+            # Gone since the insert found it: a retention pass held its row and archived it (an
+            # insert that came later waits for the pass, and the trigger refuses it). Or the key
+            # (action:job_id) is another job's.
+            tombstone = tombstone_of(job_id=job_id, key=key)
+            if tombstone is not None:
+                raise JobArchived(tombstone)
+            raise JobConflict(f"job {job_id!r}: its idempotency key {key!r} is another job's; choose another id")
         differing = [
             name
             for name, value in (
@@ -83,6 +90,30 @@ def enqueue_job(
                                    note="the same job was enqueued again; the existing job is returned")
     job.created_now = False
     return job
+
+
+@contextmanager
+def refused_if_archived(*, job_id: str, key: str):
+    """The job table's refusal of an archived id or key (its trigger, ledger.tombstones) as JobArchived,
+    naming the tombstone; any other integrity error as it was. Outside the transaction (or savepoint)
+    that the refusal aborted, so that the tombstone can be read."""
+    try:
+        yield
+    except IntegrityError as refused:
+        if getattr(refused.__cause__, "sqlstate", None) != tombstones.SQLSTATE:
+            raise
+        tombstone = tombstone_of(job_id=job_id, key=key)
+        if tombstone is None:  # a tombstone is never removed: this cannot be, and must not pass unseen
+            raise
+        raise JobArchived(tombstone) from None
+
+
+def tombstone_of(*, job_id: str, key: str) -> JobTombstone | None:
+    """The tombstone a job with this id and key would match (the trigger's rule), its id's first."""
+    given = {"job_id": job_id, "idempotency_key": key}
+    matching = Q(*(Q(**{name: given[name]}) for name in tombstones.MATCHED_ON), _connector=Q.OR)
+    found = JobTombstone.objects.select_related("checkpoint").filter(matching)
+    return min(found, key=lambda tombstone: tombstone.job_id != job_id, default=None)
 
 
 def checked_job(*, job_id: str, tenant: str, action: str, payload, identity):

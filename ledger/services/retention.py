@@ -11,7 +11,10 @@ in one transaction:
    renames it into place;
 3. records the checkpoint (the file's figures and sha256, the hashes carried on for jobs whose
    history goes on online), a tombstone for each job whose whole history is now archived, and
-   removes those jobs' rows (the job, its attempts, what refers to them, written to the file);
+   removes those jobs' rows (the job, its attempts, what refers to them, written to the file).
+   A job whose id or key has a tombstone already (it ran again after it was archived, before the
+   job table refused archived keys: ledger.tombstones) leaves too, its rows in the file like the
+   others', and keeps the first tombstone (which refuses it): the pass names it and goes on;
 4. detaches the partition and empties it (TRUNCATE): whole, never row by row; after the commit,
    its table is dropped in a transaction of its own (see drop_detached).
 
@@ -28,6 +31,7 @@ before its drop is dropped by the next pass). A partition is archived once.
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import re
 import time
@@ -39,7 +43,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 
-from ledger import archive
+from ledger import archive, tombstones
 from ledger.faults import fault_point
 from ledger.models import Attempt, HistoryCheckpoint, Job, JobTombstone, LedgerEvent
 from ledger.partitions import EVENTS, Partition, partitions
@@ -51,6 +55,8 @@ EVENT_COLUMNS = (
     "e.kind, e.\"before\"::text, e.\"after\"::text, e.note, e.evidence::text, e.prev_hash, e.hash"
 )
 REMOVED_PER_STATEMENT = 2000  # jobs whose rows one DELETE removes: the pass rests between them
+
+log = logging.getLogger("reckon.retention")
 
 
 class Pace:
@@ -88,6 +94,9 @@ def retention_days(tenant: str) -> float:
 class PassResult:
     archived: list[HistoryCheckpoint] = field(default_factory=list)
     stopped: str = ""  # why the pass stopped before the next expired partition, if it did
+    # Jobs archived again without a tombstone of their own (an archived key that ran again), each
+    # in a sentence that names it: a person should look at what their second run did.
+    archived_again: list[str] = field(default_factory=list)
 
 
 class NotArchivable(Exception):
@@ -110,10 +119,14 @@ def run_retention_pass(*, now: datetime | None = None, limit: int | None = None)
             result.stopped = f"{partition.name}: online for at least {shortest:g} days after it ends"
             break
         try:
-            result.archived.append(archive_partition(partition, now=now))
+            checkpoint = archive_partition(partition, now=now)
         except NotArchivable as reason:
             result.stopped = f"{partition.name}: {reason}"
             break
+        result.archived.append(checkpoint)
+        result.archived_again.extend(checkpoint.archived_again)
+        for sentence in checkpoint.archived_again:
+            log.warning("%s: %s", partition.name, sentence)
     return result
 
 
@@ -129,7 +142,8 @@ def _tenants_expired(cursor, partition: Partition, now: datetime) -> str:
 
 
 def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoint:
-    """Archive one partition (the oldest online), as the module says; its checkpoint."""
+    """Archive one partition (the oldest online), as the module says; its checkpoint, whose
+    `archived_again` names the jobs that left without a tombstone of their own."""
     if partition.name != partitions()[0].name:
         raise NotArchivable("partitions leave oldest first")
     with transaction.atomic(), connection.cursor() as cursor:
@@ -157,6 +171,8 @@ def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoi
 
         path = archive_dir() / f"{partition.name}.jsonl.gz"
         pace = Pace(settings.RECKON_HISTORY_ARCHIVE_WORK_SHARE)
+        archived_before = _archived_before(cursor, leaving, path)
+        pace()
         figures = _write_archive(cursor, partition, path, anchors, going_on, leaving, jobs, pace)
         fault_point("archive_written", partition.name)
 
@@ -171,8 +187,9 @@ def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoi
             JobTombstone(job_id=jobs[pk].job_id, idempotency_key=jobs[pk].idempotency_key, tenant=jobs[pk].tenant,
                          action=jobs[pk].action, status=jobs[pk].status, created_at=jobs[pk].created_at,
                          finished_at=jobs[pk].updated_at, checkpoint=checkpoint)
-            for pk in leaving
+            for pk in leaving if pk not in archived_before
         ])
+        checkpoint.archived_again = list(archived_before.values())
         _lock_for_detach(cursor)
         cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{partition.name}"')
         # Emptied, not dropped, here: DROP TABLE would take ACCESS EXCLUSIVE on the job and attempt
@@ -182,6 +199,24 @@ def archive_partition(partition: Partition, *, now: datetime) -> HistoryCheckpoi
         fault_point("partition_dropped", partition.name)
     drop_detached()
     return checkpoint
+
+
+def _archived_before(cursor, leaving: list[int], path: Path) -> dict[int, str]:
+    """The jobs among `leaving` whose id or key has a tombstone already (the job table's rule,
+    ledger.tombstones), by pk, each with the sentence that names it. Only passes write tombstones,
+    one at a time (the advisory lock): none appears while this pass runs."""
+    cursor.execute(
+        f"SELECT j.id, j.job_id, j.status, j.idempotency_key, t.job_id, t.status, t.finished_at, c.archive_file "  # nosec B608  # SQL generated from the models' names
+        f"FROM ledger_job j JOIN {tombstones.TOMBSTONES} t ON {tombstones.matching('j')} "
+        "JOIN ledger_historycheckpoint c ON c.id = t.checkpoint_id "
+        "WHERE j.id = ANY(%s) ORDER BY t.job_id = j.job_id", [leaving])
+    again = {}
+    for pk, job_id, status, key, tombstone, was, finished, file in cursor.fetchall():  # the id's match last, kept
+        matched = "id" if tombstone == job_id else f"key {key}"
+        again[pk] = (f"job {job_id} ({status}) ran again after its {matched} was archived (the tombstone of "
+                     f"{tombstone}: {was} on {finished.astimezone(UTC):%Y-%m-%d %H:%M} UTC, in {Path(file).name}): "
+                     f"archived again in {path.name}, its first tombstone kept")
+    return again
 
 
 def drop_detached() -> list[str]:

@@ -11,6 +11,7 @@ actions (the API's token) passes it: a job outside it is refused as NotInScope, 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -31,7 +32,7 @@ from ledger.services.errors import (
     NotInScope,
     StaleLease,
 )
-from ledger.services.jobs import checked_job, idempotency_key_for, json_object
+from ledger.services.jobs import checked_job, idempotency_key_for, json_object, refused_if_archived
 from ledger.services.sweeper import expire_lease, first_look
 from ledger.services.transitions import Batch, latest_attempt, lock_job, record_refusal, transition
 from ledger.states import FINISHED_JOB, ActorType, Delivery, EventKind, Execution, JobStatus, SideEffect
@@ -278,14 +279,20 @@ def enqueue_claim_and_begin(*, job_id: str, tenant: str, action: str, payload, w
     """enqueue_job (dispatch=False), then claim_and_begin, for a caller that runs a new job itself at
     once (the MCP gateway): in the ordinary case all three in one round trip and one durable commit.
     The lease; None when the job was not new (or the claim declined): then nothing was begun, and
-    the caller takes its general path (enqueue_job finds the job and compares)."""
+    the caller takes its general path (enqueue_job finds the job and compares). JobArchived when
+    the id was archived: the job table refuses it (ledger.tombstones), and nothing is written."""
     job_id, tenant, declared, payload, identity = checked_job(job_id=job_id, tenant=tenant, action=action,
                                                               payload=payload, identity=None)
     sent_to = recorded_sent_to(sent_to)
-    started = fastpath.enqueue_claim_begin(
-        job_id=job_id, tenant=tenant, action=action, payload=payload, identity=identity,
-        policy=declared.policy.as_json(), key=idempotency_key_for(action=action, job_id=job_id), actor=worker,
-        actor_type=actor_type, worker=worker, sent_to=sent_to)
+    key = idempotency_key_for(action=action, job_id=job_id)
+    # In a caller's transaction, a savepoint keeps it usable after a refusal; alone, the statement
+    # is its own transaction (one round trip, as the gateway calls it).
+    with refused_if_archived(job_id=job_id, key=key), \
+            transaction.atomic() if connection.in_atomic_block else nullcontext():
+        started = fastpath.enqueue_claim_begin(
+            job_id=job_id, tenant=tenant, action=action, payload=payload, identity=identity,
+            policy=declared.policy.as_json(), key=key, actor=worker, actor_type=actor_type, worker=worker,
+            sent_to=sent_to)
     if started is None:
         return None
     job, leased, begun = started

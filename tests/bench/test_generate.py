@@ -3,6 +3,7 @@
 import json
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -10,6 +11,7 @@ from bench import generate as gen
 from ledger.invariants import find_violations
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.partitions import ensure as ensure_partitions
+from tests.ledger.test_tombstones import archived
 
 # Values whose jsonb text PostgreSQL reorders, re-spaces or escapes.
 AWKWARD_JSON = [
@@ -135,3 +137,20 @@ def test_the_chain_is_verified_by_ledger_check_so_a_wrong_hash_is_caught(monkeyp
     monkeypatch.setattr(gen, "_epoch_text", lambda micros: str(micros))  # not PostgreSQL's rendering
     gen.generate(attempts=20, queued=0, prefix="bad")
     assert [check for check, _ in _violations()] == ["history_chain_broken"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("superuser", [True, False], ids=["triggers skipped, checked after", "the trigger"])
+def test_a_load_never_brings_an_archived_id_back(monkeypatch, superuser):
+    """The job table's tombstone rule holds for the loader too: as a superuser its triggers are
+    skipped and the rule is checked set-wise after the load, as the foreign keys are."""
+    archived("p-0000001")
+    monkeypatch.setattr(gen, "_is_superuser", lambda cursor: superuser)
+    # (COPY is the driver's own: its error is psycopg's, with the trigger's SQLSTATE)
+    refused = (RuntimeError, "wrote 1 jobs whose id or key was archived") if superuser else (
+        psycopg.errors.IntegrityError, "job p-0000001 is archived")
+    with pytest.raises(refused[0], match=refused[1]):
+        gen.pending_jobs(count=3, prefix="p")
+    assert not Job.objects.filter(job_id__startswith="p-").exists()
+    gen.pending_jobs(count=3, prefix="q")  # other ids load as before
+    assert Job.objects.filter(job_id__startswith="q-").count() == 3

@@ -1,7 +1,8 @@
 """The gateway takes each step of a call through the ledger's one function per step
 (enqueue_claim_and_begin for a new key, which is enqueue_job, claim_job and begin_side_effect in one
 round trip; claim_and_begin for a key seen before; record_success, as the worker service and the
-API do), and so through ledger.fastpath.run_step, the one way to the steps' database functions."""
+API do), and so through ledger.fastpath.run_step, the one way to the steps' database functions. Both
+doors refuse an archived key alike (issue 40)."""
 
 import uuid
 
@@ -14,6 +15,8 @@ from ledger import fastpath
 from ledger.models import Job
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
+from tests.ledger.test_fast_path import _ledger_rows
+from tests.ledger.test_history_retention import cut_here, fresh_layout, retention_pass
 
 pytestmark = pytest.mark.django_db
 
@@ -49,3 +52,29 @@ def test_a_key_seen_before_takes_the_general_path_and_runs_its_next_attempt(acti
     # The one statement declined the known key, having changed nothing; the general path claimed it.
     assert steps == ["enqueue_claim_begin", "enqueue_claim_begin", "claim_begin"]
     assert event_kinds(first.job_id)[-3:] == ["enqueue_repeated", "claimed", "side_effect_started"]
+
+
+@pytest.mark.parametrize("tool, door", [("notes", ["enqueue_claim_begin"]), ("ledgerbook", [])],
+                         ids=["reversible: the one statement", "irreversible: enqueue_job"])
+def test_an_archived_key_is_refused_as_archived_by_either_door_and_nothing_is_written(
+        actions_file, monkeypatch, settings, tmp_path, tool, door):
+    settings.RECKON_HISTORY_ARCHIVE_DIR = str(tmp_path)
+    settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
+    settings.RECKON_HISTORY_RETENTION_BY_TENANT = {}
+    fresh_layout()
+    token = authenticate(f"Bearer {worker_token_create(name='door3', tenants=['acme'], actions=['*']).token}")
+    policy, arguments = get_upstream(tool).tools["create_note"], {"title": f"door-{uuid.uuid4().hex[:8]}", "body": "b"}
+    first = calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
+    calls.close_call(first, {"content": [{"type": "text", "text": "created"}]})
+    assert retention_pass(cut_here()).archived and not Job.objects.filter(job_id=first.job_id).exists()
+    before = _ledger_rows()
+    steps, run_step = [], fastpath.run_step
+    monkeypatch.setattr(fastpath, "run_step", lambda step, params: steps.append(step) or run_step(step, params))
+
+    with pytest.raises(calls.Refused) as refused:
+        calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
+
+    assert str(refused.value).startswith(f"archived: this call of {tool}.create_note was made before: "
+                                         f"job '{first.job_id}' succeeded on ")
+    assert str(refused.value).endswith("a job id is never run again; not repeated, nothing called")
+    assert steps == door and _ledger_rows() == before

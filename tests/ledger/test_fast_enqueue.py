@@ -1,17 +1,22 @@
 """reckon_enqueue and the enqueue_claim_begin statement (ledger/fastpath.py): a new job that its
 caller runs at once (the MCP gateway) is enqueued, claimed and begun in one round trip, writing
-exactly what enqueue_job (dispatch=False) and claim_and_begin write."""
+exactly what enqueue_job (dispatch=False) and claim_and_begin write, and refusing what they refuse
+(an archived key: issue 40)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from ledger import fastpath, services
+from ledger.models import JobTombstone
 from ledger.states import ActorType, Execution, JobStatus, SideEffect
 from tests.conftest import latest_attempt, make_job
 from tests.ledger.test_fast_path import Run, _differences, _ledger_rows, _watched, _written
+from tests.ledger.test_history_retention import cut_here, fresh_layout, retention_pass
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +49,9 @@ def test_enqueue_claim_and_begin_in_one_statement_writes_what_the_three_steps_wr
         "enqueued", "claimed", "side_effect_started", "succeeded"]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_it_is_one_round_trip_and_the_side_effect_is_begun():
+    """As the gateway calls it, outside a transaction: the statement is its own."""
     with CaptureQueriesContext(connection) as queries:
         lease = services.enqueue_claim_and_begin(**JOB, worker="agent")
     assert len(queries.captured_queries) == 1
@@ -53,6 +60,46 @@ def test_it_is_one_round_trip_and_the_side_effect_is_begun():
     attempt = latest_attempt("j")
     assert (attempt.job.status, attempt.execution_state, attempt.side_effect_state) == (
         JobStatus.RUNNING, Execution.RUNNING, SideEffect.SUBMITTED)
+
+
+def test_in_a_callers_transaction_the_statement_goes_in_a_savepoint_that_a_refusal_rolls_back():
+    with CaptureQueriesContext(connection) as queries:
+        services.enqueue_claim_and_begin(**JOB, worker="agent")
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SAVEPOINT", "SELECT", "RELEASE"]
+
+
+def _archived(settings, tmp_path) -> None:
+    """JOB ran, succeeded and its history was archived: only its tombstone is left."""
+    settings.RECKON_HISTORY_ARCHIVE_DIR = str(tmp_path)
+    settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
+    settings.RECKON_HISTORY_RETENTION_BY_TENANT = {}
+    fresh_layout()
+    lease = _one_statement(Run())
+    services.record_success(lease=lease, result_ref="r")
+    assert retention_pass(cut_here()).archived and JobTombstone.objects.filter(job_id="j").exists()
+
+
+def test_an_archived_key_is_refused_alike_by_both_and_neither_writes_anything(settings, tmp_path):
+    _archived(settings, tmp_path)
+    before = _ledger_rows()
+    refusals = {}
+    for name, steps in (("three steps", _three_steps), ("one statement", _one_statement)):
+        with pytest.raises(services.JobArchived) as refused:
+            steps(Run())
+        refusals[name] = str(refused.value)
+        assert _ledger_rows() == before, name
+    assert refusals["one statement"] == refusals["three steps"]
+    assert re.fullmatch(r"job 'j' succeeded on .* UTC and its history was archived on .* in "
+                        r"ledger_ledgerevent_t0\.jsonl\.gz: a job id is never run again", refusals["three steps"])
+
+
+def test_a_job_id_taken_with_other_work_is_left_alone_by_one_and_refused_by_the_other():
+    make_job("j", payload={"other": True})
+    before = _ledger_rows()
+    assert _one_statement(Run()) is None
+    with pytest.raises(services.JobConflict, match="already exists with a different payload"):
+        _three_steps(Run())
+    assert _ledger_rows() == before
 
 
 def test_a_job_id_already_taken_is_left_alone_and_says_so_with_none():

@@ -6,6 +6,7 @@ does lands in partitions it can expire by passing a later `now` to the retention
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import signal
@@ -52,8 +53,9 @@ def cut_here():
         cursor.execute(f'ALTER TABLE {EVENTS} DETACH PARTITION "{last.name}"')
         cursor.execute(f'ALTER TABLE {EVENTS} ATTACH PARTITION "{last.name}" FOR VALUES FROM (%s) TO (%s)',
                        [last.start, moment])
-        cursor.execute(f"CREATE TABLE {EVENTS}_t{len(existing)} PARTITION OF {EVENTS} FOR VALUES FROM (%s) TO (%s)",
-                       [moment, last.end])
+        taken = {partition.name for partition in existing}  # after a pass, fewer than the names given
+        name = next(f"{EVENTS}_t{n}" for n in itertools.count(len(existing)) if f"{EVENTS}_t{n}" not in taken)
+        cursor.execute(f"CREATE TABLE {name} PARTITION OF {EVENTS} FOR VALUES FROM (%s) TO (%s)", [moment, last.end])
     return moment
 
 
@@ -175,6 +177,50 @@ def test_an_archived_key_never_runs_again(archive_dir):
     make_job("paid-twice")  # another key is welcome
 
 
+def _sql(statement: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # deferred checks first, or ALTER TABLE refuses
+        cursor.execute(statement)
+
+
+@pytest.mark.django_db
+def test_a_job_that_ran_again_after_its_key_was_archived_is_named_archived_again_and_the_pass_goes_on(
+        archive_dir, caplog, settings):
+    """Issue 40: before the job table refused archived keys, the gateway's one-statement enqueue ran
+    one again, and the next pass failed for good on its duplicate tombstone. Now the pass names the
+    job, archives its second run with the others (its rows in the file) and keeps the first
+    tombstone, which refuses the key; ledger_check holds again."""
+    fresh_layout()
+    finish("twice")
+    first = retention_pass(cut_here()).archived[0]
+    _sql("ALTER TABLE ledger_job DISABLE TRIGGER reckon_job_not_archived_insert")  # the defect, as it was
+    finish("twice")
+    _sql("ALTER TABLE ledger_job ENABLE TRIGGER reckon_job_not_archived_insert")
+    finish("once")
+    assert broken() == {"job_with_tombstone": 1}
+    cut_here()
+    settings.RECKON_HISTORY_RETENTION_DAYS = 0.0000001  # what ended a moment ago has expired
+
+    call_command("archive_history", stdout=(out := StringIO()))
+
+    second = HistoryCheckpoint.objects.get(partition=f"{EVENTS}_t1")
+    said = (f"job twice (succeeded) ran again after its id was archived (the tombstone of twice: succeeded on "
+            f"{JobTombstone.objects.get(job_id='twice').finished_at:%Y-%m-%d %H:%M} UTC, in {EVENTS}_t0.jsonl.gz): "
+            f"archived again in {EVENTS}_t1.jsonl.gz, its first tombstone kept")
+    assert f"archived {EVENTS}_t1: 8 events of 2 jobs, 1 jobs left the database (and 1 archived again)" in out.getvalue()
+    assert f"  {said}" in out.getvalue()
+    assert [record.getMessage() for record in caplog.records if record.name == "reckon.retention"] == [
+        f"{EVENTS}_t1: {said}"]
+    assert dict(JobTombstone.objects.values_list("job_id", "checkpoint")) == {"twice": first.pk, "once": second.pk}
+    assert not Job.objects.exists() and broken() == {}
+    call_command("verify_archive", second.archive_file)
+    jobs = [record["row"]["job_id"] for record in map(json.loads, gzip.open(second.archive_file)) if
+            record["type"] == "job"]
+    assert sorted(jobs) == ["once", "twice"]  # the second run's rows, kept in its file
+    with pytest.raises(services.JobArchived, match="job 'twice' succeeded"):
+        make_job("twice")
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("unfinished", ["unknown", "held", "pending"])
 def test_a_partition_with_unfinished_work_stays_online(archive_dir, unfinished):
@@ -270,6 +316,11 @@ def test_restore_archive_brings_a_period_back_read_only(archive_dir):
 @pytest.fixture
 def standard_partitions_afterwards(transactional_db):
     yield
+    restore_standard_partitions()
+
+
+def restore_standard_partitions() -> None:
+    """After a test that committed its own layout: the partitions every other test expects."""
     with connection.cursor() as cursor:
         for partition in partitions():
             cursor.execute(f'DROP TABLE "{partition.name}"')

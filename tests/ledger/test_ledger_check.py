@@ -4,7 +4,7 @@ from django.db import connection
 
 from ledger import services
 from ledger.invariants import find_violations
-from ledger.models import Job, LedgerEvent
+from ledger.models import HistoryCheckpoint, Job, JobTombstone, LedgerEvent
 from tests.conftest import expire_lease, latest_attempt, make_job
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +31,7 @@ def test_it_is_clean_after_real_work(capsys):
     _workload()
     assert _broken() == {}
     call_command("ledger_check")
-    assert "all 12 invariants hold" in capsys.readouterr().out
+    assert "all 13 invariants hold" in capsys.readouterr().out
 
 
 def _raw(statement: str, params=()):
@@ -92,3 +92,26 @@ def test_it_finds_in_the_history_an_attempt_made_live_while_another_was_unknown(
     with pytest.raises(CommandError, match="live_while_unknown_in_history"):
         call_command("ledger_check")
     assert "lost: attempt 2 not_started at event" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("matched", ["job_id", "idempotency_key"])
+def test_it_finds_a_live_job_whose_id_or_key_has_a_tombstone(capsys, matched):
+    """An archived key that ran again (issue 40: the gateway's one-statement enqueue did not read the
+    tombstones): a tombstone written over a live job stands for it, as the job table's trigger
+    refuses only new jobs."""
+    _workload()
+    ok = Job.objects.get(job_id="ok")
+    checkpoint = HistoryCheckpoint.objects.create(
+        partition="ledger_ledgerevent_gone", range_start=ok.created_at, range_end=ok.created_at, events=4, jobs=1,
+        archive_file="/archive/gone.jsonl.gz", archive_sha256="0" * 64, archived_at=ok.created_at)
+    JobTombstone.objects.create(  # its key too, as an archived job's own tombstone: one finding, by its id
+        job_id="ok" if matched == "job_id" else "other", idempotency_key=ok.idempotency_key,
+        tenant="acme", action="reckon.echo", status="succeeded", created_at=ok.created_at, finished_at=ok.updated_at,
+        checkpoint=checkpoint)
+
+    assert _broken() == {"job_with_tombstone": 1}
+    with pytest.raises(CommandError, match="job_with_tombstone"):
+        call_command("ledger_check")
+    tombstone = "ok" if matched == "job_id" else "other"
+    assert (f"e.g. ok: its {matched} has the tombstone of job {tombstone} (succeeded, checkpoint {checkpoint.pk})"
+            in capsys.readouterr().out)

@@ -14,8 +14,12 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         result = run_retention_pass(limit=options["limit"])
         for checkpoint in result.archived:
+            again = f" (and {len(checkpoint.archived_again)} archived again)" if checkpoint.archived_again else ""
             self.stdout.write(f"archived {checkpoint.partition}: {checkpoint.events} events of {checkpoint.jobs} jobs, "
-                              f"{checkpoint.tombstones.count()} jobs left the database -> {checkpoint.archive_file}")
+                              f"{checkpoint.tombstones.count()} jobs left the database{again} -> "
+                              f"{checkpoint.archive_file}")
+            for sentence in checkpoint.archived_again:
+                self.stdout.write(self.style.WARNING(f"  {sentence}"))
         if result.stopped:
             self.stdout.write(f"stopped at {result.stopped}")
         self.stdout.write(self.style.SUCCESS(f"archive_history: {len(result.archived)} partition(s) archived "
