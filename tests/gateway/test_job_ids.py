@@ -74,10 +74,16 @@ def test_a_call_journaled_under_a_rotated_secret_key_keeps_its_id(actions_file, 
         calls.key_material(policy, "acme", {**ARGUMENTS, "title": "new"}, {})[0], settings.SECRET_KEY)
 
 
-def test_a_new_ledger_is_not_asked_for_unkeyed_ids_again_on_every_call(actions_file, token, django_assert_num_queries):
+def test_a_new_ledger_is_not_asked_for_unkeyed_ids_again_on_every_call(actions_file, token):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     policy = get_upstream("notes").tools["create_note"]
     calls.open_call(token=token, policy=policy, arguments={**ARGUMENTS, "title": "first"}, meta={}, agent="mcp:ids:t")
     assert calls._unkeyed_ids == [False]
-    with django_assert_num_queries(1):  # enqueue, claim and begin in one statement, nothing more
-        calls.open_call(token=token, policy=policy, arguments={**ARGUMENTS, "title": "second"}, meta={},
-                        agent="mcp:ids:t")
+    with CaptureQueriesContext(connection) as queries:
+        go = calls.open_call(token=token, policy=policy, arguments={**ARGUMENTS, "title": "second"}, meta={},
+                             agent="mcp:ids:t")
+    # enqueue, claim and begin in one statement (in a savepoint here, inside the test's transaction)
+    statements = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert isinstance(go, calls.Go) and len(statements) == 1 and "reckon_enqueue" in statements[0]
