@@ -22,6 +22,7 @@ from gateway.reconcile import run_apart
 from tests.processes import ROOT, ManagedProcess, database_url_of_tests, free_port, wait_for
 
 UPSTREAM = ROOT / "examples" / "mcp_notes_server.py"
+HELPDESK_SERVER = Path(__file__).with_name("helpdesk_server.py")  # an upstream of another shape
 
 ACTIONS = """
 [[mcp.upstreams]]
@@ -163,6 +164,28 @@ def actions_file(upstream, tmp_path_factory) -> Path:
     path.write_text(ACTIONS.format(url=upstream.url, python=sys.executable, script=UPSTREAM, db=upstream.db))
     load_upstreams(path)  # this process (the reconciler, the console) knows the tools too
     return path
+
+
+class Helpdesk:
+    """tests/gateway/helpdesk_server.py in its own process: a helpdesk whose open_ticket is not idempotent."""
+
+    def __init__(self, argv: list[str], db: Path, url: str):
+        self.argv, self.db, self.url, self.process = argv, db, url, None
+
+    def start(self) -> None:
+        self.process = ManagedProcess(self.argv, log_name="mcp-helpdesk").start()
+        wait_for(lambda: answers(self.url), timeout=30, message="the helpdesk MCP server")
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def tickets(self, ref: str) -> int:
+        with sqlite3.connect(self.db) as connection:
+            return connection.execute("SELECT count(*) FROM tickets WHERE ref = ?", (ref,)).fetchone()[0]
+
+    def open_by_hand(self, ref: str) -> None:
+        with sqlite3.connect(self.db) as connection:
+            connection.execute("INSERT INTO tickets (ref, subject) VALUES (?, 'by hand')", (ref,))
 
 
 class Gateway(ManagedProcess):

@@ -14,6 +14,7 @@ import argparse
 import sqlite3
 from pathlib import Path
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -25,6 +26,7 @@ options = parser.parse_args()
 DB = Path(options.db)
 
 server = MCPServer("helpdesk")
+SLOW_S = 8.0
 
 
 def database() -> sqlite3.Connection:
@@ -40,12 +42,16 @@ def tickets(ref: str) -> list[dict]:
 
 
 @server.tool()
-def open_ticket(ref: str, subject: str) -> dict:
-    """Open a ticket (not idempotent: every call opens one more)."""
+async def open_ticket(ref: str, subject: str) -> dict:
+    """Open a ticket (not idempotent: every call opens one more). The subject "slow" hangs the
+    answer for SLOW_S seconds after the ticket is written: the caller times out on a call that
+    happened."""
     if options.down_file and Path(options.down_file).exists():
         raise ToolError("the helpdesk is down for maintenance")
     with database() as connection:
         ticket_id = connection.execute("INSERT INTO tickets (ref, subject) VALUES (?, ?)", (ref, subject)).lastrowid
+    if subject == "slow":
+        await anyio.sleep(SLOW_S)
     return {"id": ticket_id, "ref": ref}
 
 

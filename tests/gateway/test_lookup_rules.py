@@ -19,12 +19,11 @@ from gateway.reconcile import Unreadable, found_items
 from ledger.models import Job
 from ledger.states import JobStatus
 from reconciliation.passes import reconcile_job
-from tests.gateway.conftest import Gateway, answers, call, text
-from tests.processes import ManagedProcess, free_port, wait_for
+from tests.gateway.conftest import HELPDESK_SERVER, Gateway, Helpdesk, call, text
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-HELPDESK = Path(__file__).with_name("helpdesk_server.py")
 ACTIONS = """
 [[mcp.upstreams]]
 name = "helpdesk"
@@ -123,32 +122,12 @@ def test_an_answer_the_rule_cannot_read_proves_nothing(answer, why):
 def helpdesk(tmp_path_factory):
     folder = tmp_path_factory.mktemp("helpdesk")
     port, db = free_port(), folder / "helpdesk.sqlite3"
-    argv = [sys.executable, str(HELPDESK), "--db", str(db), "--port", str(port)]
+    argv = [sys.executable, str(HELPDESK_SERVER), "--db", str(db), "--port", str(port)]
     desk = Helpdesk(argv, db, f"http://127.0.0.1:{port}/mcp")
     DESK_DB[:] = [db]
     desk.start()
     yield desk
     desk.stop()
-
-
-class Helpdesk:
-    def __init__(self, argv: list[str], db: Path, url: str):
-        self.argv, self.db, self.url, self.process = argv, db, url, None
-
-    def start(self) -> None:
-        self.process = ManagedProcess(self.argv, log_name="mcp-helpdesk").start()
-        wait_for(lambda: answers(self.url), timeout=30, message="the helpdesk MCP server")
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def tickets(self, ref: str) -> int:
-        with sqlite3.connect(self.db) as connection:
-            return connection.execute("SELECT count(*) FROM tickets WHERE ref = ?", (ref,)).fetchone()[0]
-
-    def open_by_hand(self, ref: str) -> None:
-        with sqlite3.connect(self.db) as connection:
-            connection.execute("INSERT INTO tickets (ref, subject) VALUES (?, 'by hand')", (ref,))
 
 
 @pytest.fixture(scope="module")
