@@ -105,7 +105,7 @@ elif problem := secret_key_problem(SECRET_KEY):
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (For local development, set "
         "RECKON_DEBUG=true instead.)"
     )
-SECRET_KEY_FALLBACKS = setting("RECKON_SECRET_KEY_FALLBACKS", [], List, "Comma-separated earlier secret keys, kept while RECKON_SECRET_KEY is rotated: sessions signed and TOTP secrets encrypted with them are still read.", group=CORE)
+SECRET_KEY_FALLBACKS = setting("RECKON_SECRET_KEY_FALLBACKS", [], List, "Comma-separated earlier secret keys, kept while RECKON_SECRET_KEY is rotated: sessions signed and TOTP secrets encrypted with them are still read, and the MCP gateway finds the calls whose job ids were keyed under them (keep a key here as long as the ledger or its archives hold such calls, or their next identical call runs again).", group=CORE)
 ALLOWED_HOSTS = setting("RECKON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], List, "Comma-separated host names the web server answers to. Set it to your public host name in production.", group=CORE, example="reckon.example.com")
 
 INSTALLED_APPS = [
