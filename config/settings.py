@@ -536,6 +536,8 @@ declare("RECKON_WEBHOOK_SECRET_OLD", "", "examples/webhook_receiver.py: the prev
 declare("PROVIDER_URL", "http://127.0.0.1:8765", "examples/webhook_receiver.py: the provider it asks.", group=EXAMPLES)
 declare("RECKON_TEST_LOGS", "", "Where the tests' server processes write their logs (tests/processes.py; unset: "
         "the system's /tmp).", group=HARNESS, internal=True)
+declare("RECKON_OUTAGE_CALLS", "10", "Calls timed in each phase of tests/gateway/test_upstream_outage.py (300 for "
+        "the figures in the README's gateway section).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, named in its webhook action's "
         "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,
