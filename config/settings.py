@@ -288,6 +288,9 @@ RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or PROJECT_DIR / "actions.toml")
 RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
 # The MCP gateway (gateway/): `make run` starts `mcp_gateway` on this URL's host and port.
 RECKON_MCP_GATEWAY_URL = setting("RECKON_MCP_GATEWAY_URL", "http://127.0.0.1:8300/mcp", Url, "Where `make run` serves the MCP gateway (agents' tool calls to the MCP upstreams the actions file declares).", group=ACTIONS)
+# A journaled call's lease is short and renewed while the upstream runs the call, whatever the
+# tool's timeout: a gateway that dies mid-call leaves a lease that runs out within this many seconds.
+RECKON_MCP_GATEWAY_LEASE_S = setting("RECKON_MCP_GATEWAY_LEASE_S", 5.0, Float, "The lease (s) of a tool call the MCP gateway journals, renewed every third of it while the upstream runs the call: after a gateway dies mid-call, the same call is answered \"in progress\" at most this long, then \"outcome unknown\".", group=ACTIONS)
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)

@@ -25,6 +25,7 @@ from gateway import calls
 from gateway import upstream as upstreams
 from gateway.config import ToolPolicy, get_upstream
 from gateway.config import upstreams as declared_upstreams
+from gateway.renewal import while_renewed
 
 logger = logging.getLogger("reckon.gateway")
 CONFIG_HINT = "declare it in the actions file (RECKON_ACTIONS_FILE) under [mcp.upstreams.tools.<tool>]"
@@ -100,7 +101,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _result(opened)
     try:
         with anyio.fail_after(policy.timeout):
-            result = await upstreams.call_tool(upstream, policy.tool, arguments, key=opened.idempotency_key)
+            result = await while_renewed(opened, lambda: upstreams.call_tool(upstream, policy.tool, arguments,
+                                                                             key=opened.idempotency_key))
     except TimeoutError:
         return _result(await _lose(opened, f"{policy.name} did not answer within {policy.timeout:g} s"))
     except anyio.get_cancelled_exc_class():
