@@ -291,6 +291,10 @@ RECKON_MCP_GATEWAY_URL = setting("RECKON_MCP_GATEWAY_URL", "http://127.0.0.1:830
 # A journaled call's lease is short and renewed while the upstream runs the call, whatever the
 # tool's timeout: a gateway that dies mid-call leaves a lease that runs out within this many seconds.
 RECKON_MCP_GATEWAY_LEASE_S = setting("RECKON_MCP_GATEWAY_LEASE_S", 5.0, Float, "The lease (s) of a tool call the MCP gateway journals, renewed every third of it while the upstream runs the call: after a gateway dies mid-call, the same call is answered \"in progress\" at most this long, then \"outcome unknown\".", group=ACTIONS)
+# What one worker token may ask of the gateway: the worker API's size limit for a call's arguments
+# (refused before the ledger is touched), and a rate of tools/call in each gateway process.
+RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES = setting("RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES", 256 * 1024, Int, "The largest arguments of a tool call through the MCP gateway (bytes of JSON; the worker API's default body limit). Larger: refused with an error result, nothing stored nor called.", group=ACTIONS)
+RECKON_MCP_GATEWAY_CALLS_PER_MINUTE = setting("RECKON_MCP_GATEWAY_CALLS_PER_MINUTE", 600, Int, "Tool calls a worker token may make through one MCP gateway process per minute (a burst of that many, then that pace; 0: no limit). Beyond it a call is refused at once with an error result saying when to call again, nothing stored nor called.", group=ACTIONS)
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)

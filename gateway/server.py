@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from api.tokens import authenticate
-from gateway import calls
+from gateway import calls, limits
 from gateway import upstream as upstreams
 from gateway.config import ToolPolicy, get_upstream
 from gateway.config import upstreams as declared_upstreams
@@ -77,6 +77,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     token, agent = _token(ctx), _agent(ctx)
     arguments = dict(params.arguments or {})
     meta = dict(params.meta or {}) if params.meta else {}
+    refused = limits.refusal(token, arguments)
+    if refused is not None:
+        return _result(calls.Answer.saying(refused[0], **refused[1]))
     try:
         policy = _policy(params.name)
     except LookupError as exc:
@@ -176,9 +179,16 @@ def build_app(*, allowed_hosts: list[str]) -> Starlette:
     async def healthz(request):
         return JSONResponse({"ok": True, "upstreams": [u.name for u in declared_upstreams()]})
 
+    async def no_stream(request):
+        # Stateless: there is nothing to stream, and no session to end. The MCP spec lets a server
+        # that offers no SSE stream answer GET with 405 (the SDK's would hold an empty stream open).
+        return JSONResponse({"error": "this MCP server is stateless and offers no SSE stream: POST each request"},
+                            status_code=405, headers={"Allow": "POST"})
+
     @asynccontextmanager
     async def lifespan(app):
         async with server.session_manager.run(), upstreams.shared(declared_upstreams()):
             yield
 
-    return Starlette(routes=[Route("/healthz", healthz), Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)
+    return Starlette(routes=[Route("/healthz", healthz), Route("/mcp", no_stream, methods=["GET", "DELETE"]),
+                             Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)

@@ -145,7 +145,7 @@ def proxy(upstream):
 def proxied_gateway(proxy, tmp_path, django_db_blocker):
     actions = tmp_path / "actions.toml"
     actions.write_text(ACTIONS.format(url=proxy.url))
-    with Gateway(actions, log_name="mcp-gateway-proxied", env={"RECKON_GATEWAY_CALLS_PER_MINUTE": "0"}) as running:
+    with Gateway(actions, log_name="mcp-gateway-proxied", env={"RECKON_MCP_GATEWAY_CALLS_PER_MINUTE": "0"}) as running:
         yield running
 
 
