@@ -120,7 +120,9 @@ def mcp_calls(world: World, *, seconds: float, clients=(1, 4)) -> list[dict]:
     actions = world.workdir / "mcp-actions.toml"
     actions.write_text(ACTIONS.format(url=upstream_url))
     gateway_port = free_port()
+    # No rate limit: the bench makes as many calls as one token can.
     gateway = Worker(world, "mcp-gateway", {"RECKON_ACTIONS_FILE": str(actions), "RECKON_DEBUG": "false",
+                                            "RECKON_MCP_GATEWAY_CALLS_PER_MINUTE": "0",
                                             "RECKON_SECRET_KEY": uuid.uuid4().hex * 2},
                      [sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(gateway_port)])
     world.workers.append(gateway)

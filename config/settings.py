@@ -288,6 +288,13 @@ RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or PROJECT_DIR / "actions.toml")
 RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
 # The MCP gateway (gateway/): `make run` starts `mcp_gateway` on this URL's host and port.
 RECKON_MCP_GATEWAY_URL = setting("RECKON_MCP_GATEWAY_URL", "http://127.0.0.1:8300/mcp", Url, "Where `make run` serves the MCP gateway (agents' tool calls to the MCP upstreams the actions file declares).", group=ACTIONS)
+# A journaled call's lease is short and renewed while the upstream runs the call, whatever the
+# tool's timeout: a gateway that dies mid-call leaves a lease that runs out within this many seconds.
+RECKON_MCP_GATEWAY_LEASE_S = setting("RECKON_MCP_GATEWAY_LEASE_S", 5.0, Float, "The lease (s) of a tool call the MCP gateway journals, renewed every third of it while the upstream runs the call: after a gateway dies mid-call, the same call is answered \"in progress\" at most this long, then \"outcome unknown\".", group=ACTIONS)
+# What one worker token may ask of the gateway: the worker API's size limit for a call's arguments
+# (refused before the ledger is touched), and a rate of tools/call in each gateway process.
+RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES = setting("RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES", 256 * 1024, Int, "The largest arguments of a tool call through the MCP gateway (bytes of JSON; the worker API's default body limit). Larger: refused with an error result, nothing stored nor called.", group=ACTIONS)
+RECKON_MCP_GATEWAY_CALLS_PER_MINUTE = setting("RECKON_MCP_GATEWAY_CALLS_PER_MINUTE", 600, Int, "Tool calls a worker token may make through one MCP gateway process per minute (a burst of that many, then that pace; 0: no limit). Beyond it a call is refused at once with an error result saying when to call again, nothing stored nor called.", group=ACTIONS)
 
 # How often the lease sweeper loop runs (django-q2's scheduler cannot go below one minute).
 RECKON_SWEEP_INTERVAL = setting("RECKON_SWEEP_INTERVAL", 5.0, Float, "Seconds between passes of `sweep_leases --loop` (expired leases). Lower it for faster recovery after a crash.", group=WORKERS)
@@ -536,6 +543,8 @@ declare("RECKON_WEBHOOK_SECRET_OLD", "", "examples/webhook_receiver.py: the prev
 declare("PROVIDER_URL", "http://127.0.0.1:8765", "examples/webhook_receiver.py: the provider it asks.", group=EXAMPLES)
 declare("RECKON_TEST_LOGS", "", "Where the tests' server processes write their logs (tests/processes.py; unset: "
         "the system's /tmp).", group=HARNESS, internal=True)
+declare("RECKON_OUTAGE_CALLS", "10", "Calls timed in each phase of tests/gateway/test_upstream_outage.py (300 for "
+        "the figures in the README's gateway section).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, named in its webhook action's "
         "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,

@@ -45,6 +45,8 @@ from ledger.services import (
     record_failure,
     record_success,
     record_unknown,
+    renew_lease,
+    sweep_expired_lease,
 )
 from ledger.states import ActorType, EventKind, Execution, JobStatus
 
@@ -260,6 +262,8 @@ def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
 
 
 def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:
+    if job.status == JobStatus.RUNNING and sweep_expired_lease(job_id=job.job_id):
+        job.refresh_from_db()  # its call's gateway stopped renewing the lease: swept now, not "in progress"
     if job.status == JobStatus.PENDING and policy.effect == "irreversible" and policy.approval == "first_call":
         attempt = latest_attempt(job)
         if attempt.number == 1 and attempt.execution_state == Execution.NOT_STARTED:
@@ -365,6 +369,16 @@ def close_call(go: Go, result: dict) -> Answer:
         # The lease ran out and the sweeper made the attempt unknown: the reconciler will settle it.
         return Answer.recorded(result, **{"reckon/job": go.job_id, "reckon/late": True})
     return Answer.recorded(result, **{"reckon/job": go.job_id})
+
+
+def renew_call(go: Go) -> bool:
+    """Extend the call's lease while the upstream runs it. False: the lease is no longer this call's
+    (it ran out, and the call is unknown or about to be: the sweeper's, or another call's, to say)."""
+    try:
+        renew_lease(lease=go.lease)
+    except StaleLease:
+        return False
+    return True
 
 
 def lose_call(go: Go, reason: str) -> Answer:

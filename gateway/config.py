@@ -36,6 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import jmespath
+from django.conf import settings
 
 from ledger.actions import Action, declared_action, register
 from ledger.declarations import DeclarationError, parse_action
@@ -278,9 +279,10 @@ def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:
         "executor": "external",  # the gateway runs it; no django-q2 worker does
         "reversible": policy.effect == "reversible",
         "queryable": queryable,
-        # The lease outlives the upstream's timeout: a gateway that dies mid-call leaves an
-        # expired lease with the side effect submitted, which the sweeper makes unknown.
-        "lease_ttl": policy.timeout + 5,
+        # Short, and renewed while the upstream runs the call (gateway/renewal.py), whatever the
+        # tool's timeout: a gateway that dies mid-call leaves a lease that runs out within seconds,
+        # with the side effect submitted, which the next identical call or the sweeper makes unknown.
+        "lease_ttl": settings.RECKON_MCP_GATEWAY_LEASE_S,
     }
     if policy.effect == "irreversible" and policy.approval == "first_call":
         # The first attempt is closed unrun when approval is asked; the approved one follows it.

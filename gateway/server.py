@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from api.tokens import authenticate
-from gateway import calls
+from gateway import calls, limits
 from gateway import upstream as upstreams
 from gateway.config import ToolPolicy, get_upstream
 from gateway.config import upstreams as declared_upstreams
+from gateway.renewal import while_renewed
 
 logger = logging.getLogger("reckon.gateway")
 CONFIG_HINT = "declare it in the actions file (RECKON_ACTIONS_FILE) under [mcp.upstreams.tools.<tool>]"
@@ -76,6 +77,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     token, agent = _token(ctx), _agent(ctx)
     arguments = dict(params.arguments or {})
     meta = dict(params.meta or {}) if params.meta else {}
+    refused = limits.refusal(token, arguments)
+    if refused is not None:
+        return _result(calls.Answer.saying(refused[0], **refused[1]))
     try:
         policy = _policy(params.name)
     except LookupError as exc:
@@ -100,7 +104,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _result(opened)
     try:
         with anyio.fail_after(policy.timeout):
-            result = await upstreams.call_tool(upstream, policy.tool, arguments, key=opened.idempotency_key)
+            result = await while_renewed(opened, lambda: upstreams.call_tool(upstream, policy.tool, arguments,
+                                                                             key=opened.idempotency_key))
     except TimeoutError:
         return _result(await _lose(opened, f"{policy.name} did not answer within {policy.timeout:g} s"))
     except anyio.get_cancelled_exc_class():
@@ -174,9 +179,16 @@ def build_app(*, allowed_hosts: list[str]) -> Starlette:
     async def healthz(request):
         return JSONResponse({"ok": True, "upstreams": [u.name for u in declared_upstreams()]})
 
+    async def no_stream(request):
+        # Stateless: there is nothing to stream, and no session to end. The MCP spec lets a server
+        # that offers no SSE stream answer GET with 405 (the SDK's would hold an empty stream open).
+        return JSONResponse({"error": "this MCP server is stateless and offers no SSE stream: POST each request"},
+                            status_code=405, headers={"Allow": "POST"})
+
     @asynccontextmanager
     async def lifespan(app):
         async with server.session_manager.run(), upstreams.shared(declared_upstreams()):
             yield
 
-    return Starlette(routes=[Route("/healthz", healthz), Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)
+    return Starlette(routes=[Route("/healthz", healthz), Route("/mcp", no_stream, methods=["GET", "DELETE"]),
+                             Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)

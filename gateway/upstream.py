@@ -57,6 +57,10 @@ RECONNECT_AFTER_S = 1.0
 _listed: dict[str, dict[str, object]] = {}
 # Of those, the tools whose input schema mirrors no argument into an Mcp-Param-* header.
 _headerless: dict[str, set[str]] = {}
+# Set by a call that found an upstream's shared client broken: its holder (`_hold`) closes it and
+# connects again; with what broke it, for the log.
+_broken: dict[str, anyio.Event] = {}
+_broken_by: dict[str, str] = {}
 
 
 @asynccontextmanager
@@ -72,29 +76,64 @@ async def shared(upstreams: Iterable[Upstream]) -> AsyncIterator[None]:
         finally:
             holders.cancel_scope.cancel()
             _shared.clear()
+            _broken.clear()
             with anyio.CancelScope(shield=True):  # the task group's cancel must not stop the closing
                 for name in list(_pipes):
                     await _drop_pipes(name)
 
 
 async def _hold(upstream: Upstream) -> None:
+    """Connect, list the tools, and hold the client until a call finds it broken (`_break`); then
+    connect again at once, and every RECONNECT_AFTER_S while the upstream refuses (calls connect per
+    call meanwhile). The log says once when the upstream is lost, and once when it is back."""
+    lost_at: float | None = None
     while True:
-        client = None
+        client = pipes = None
+        held = False
+        broken = _broken[upstream.name] = anyio.Event()
         try:
             async with _connection(upstream) as (client, http):
                 _shared[upstream.name] = client
                 if http is not None:
-                    _pipes[upstream.name] = Pipes(upstream.url, upstream.header_values())
+                    pipes = _pipes[upstream.name] = Pipes(upstream.url, upstream.header_values())
                 await list_tools(upstream)
-                await anyio.sleep_forever()
+                if lost_at is not None:
+                    logger.info("MCP upstream %s: connected again after %.1f s; its calls share one connection again",
+                                upstream.name, time.monotonic() - lost_at)
+                    lost_at = None
+                held = True
+                await broken.wait()
+                lost_at = time.monotonic()
+                logger.warning("MCP upstream %s: lost (a call on its connection failed: %s); connecting again",
+                               upstream.name, _broken_by.pop(upstream.name, "no reason given"))
         except Exception as exc:
-            logger.warning("MCP upstream %s: connection lost or refused (%s); connecting per call meanwhile",
-                           upstream.name, exc)
+            if lost_at is None:
+                lost_at = time.monotonic()
+                logger.warning("MCP upstream %s: lost (%s); connecting again every %g s, each call on its own meanwhile",
+                               upstream.name, _described(exc), RECONNECT_AFTER_S)
         finally:
             if client is not None and _shared.get(upstream.name) is client:
                 _shared.pop(upstream.name)
-                await _drop_pipes(upstream.name)
-        await anyio.sleep(RECONNECT_AFTER_S)
+            if pipes is not None:
+                if _pipes.get(upstream.name) is pipes:
+                    _pipes.pop(upstream.name)
+                with anyio.CancelScope(shield=True):
+                    await pipes.aclose()
+        if not held:  # the connection or its listing failed: the upstream is down, or not itself yet
+            await anyio.sleep(RECONNECT_AFTER_S)
+
+
+def _break(upstream_name: str, client: Client, exc: Exception) -> None:
+    """A call found the shared client broken: later calls do not use it, and its holder connects again."""
+    if _shared.get(upstream_name) is client:
+        _shared.pop(upstream_name)
+        _broken_by[upstream_name] = _described(exc)
+        if upstream_name in _broken:
+            _broken[upstream_name].set()
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _drop_pipes(upstream_name: str) -> None:
@@ -112,12 +151,10 @@ async def client_for(upstream: Upstream) -> AsyncIterator[Client]:
         return
     try:
         yield client
-    except Exception:
-        # A broken connection is not reused: later calls connect afresh (a cancel or a timeout,
+    except Exception as exc:
+        # A broken connection is not reused: its holder connects again (a cancel or a timeout,
         # which are not Exceptions here, leave it in place).
-        if _shared.get(upstream.name) is client:
-            _shared.pop(upstream.name)
-            await _drop_pipes(upstream.name)
+        _break(upstream.name, client, exc)
         raise
 
 

@@ -41,7 +41,7 @@ from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
 from ledger.services.ownership import HeldByAnother, release_job, take_job
 from ledger.services.pulling import claim_next_job, claim_next_jobs
-from ledger.services.sweeper import SweepResult, sweep_expired_leases
+from ledger.services.sweeper import SweepResult, sweep_expired_lease, sweep_expired_leases
 from ledger.services.transitions import (
     Batch,
     ClockTimestamp,
@@ -114,6 +114,7 @@ __all__ = [
     "release_job",
     "renew_lease",
     "snapshot",
+    "sweep_expired_lease",
     "sweep_expired_leases",
     "take_job",
     "trigger_reconciliation",

@@ -37,24 +37,31 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
         .values_list("job__job_id", flat=True)[:limit]
     )
     for job_id in due:
-        with transaction.atomic():
-            job = lock_job(job_id=job_id, skip_locked=True)
-            if job is None:
-                continue  # a worker or another sweeper holds it right now
-            attempt = latest_attempt(job)
-            if attempt.execution_state != Execution.RUNNING or attempt.lease_expires_at >= job.db_now:
-                continue  # renewed or finished since we looked
-            lost_effect = attempt.side_effect_state == SideEffect.SUBMITTED
-            next_attempt = expire_lease(job, attempt, actor=actor, actor_type=ActorType.SYSTEM)
-            if lost_effect:
-                result.unknown.append(job_id)
-            elif next_attempt is None:
-                result.exhausted.append(job_id)
-            else:
-                result.reclaimed.append(job_id)
+        outcome = sweep_expired_lease(job_id=job_id, actor=actor)
+        if outcome:
+            getattr(result, outcome).append(job_id)
     result.redispatched = redispatch_stranded_jobs(limit=limit, actor=actor)
     complete_pass("sweeper")  # a completed pass keeps the dead-man gate open
     return result
+
+
+def sweep_expired_lease(*, job_id: str, actor: str = "lease-sweeper") -> str:
+    """The sweep of one job: if its running attempt's lease has expired, expire it (expire_lease).
+    What became of it ("unknown", "exhausted" or "reclaimed"), or "" when there was nothing to do
+    (not running, renewed meanwhile, or held by a worker or another sweeper right now). Whoever finds
+    an expired lease (the sweeper's pass, the MCP gateway meeting one) sweeps it through here."""
+    with transaction.atomic():
+        job = lock_job(job_id=job_id, skip_locked=True)
+        if job is None:
+            return ""  # a worker or another sweeper holds it right now
+        attempt = latest_attempt(job)
+        if attempt.execution_state != Execution.RUNNING or attempt.lease_expires_at >= job.db_now:
+            return ""  # renewed or finished since we looked
+        lost_effect = attempt.side_effect_state == SideEffect.SUBMITTED
+        next_attempt = expire_lease(job, attempt, actor=actor, actor_type=ActorType.SYSTEM)
+    if lost_effect:
+        return "unknown"
+    return "exhausted" if next_attempt is None else "reclaimed"
 
 
 def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") -> list[str]:

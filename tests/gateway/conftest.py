@@ -116,8 +116,14 @@ class Upstream:
 
     def restart(self) -> None:
         """SIGKILL it (a call in flight dies with it), then start it again on the same port and file."""
+        self.kill()
+        self.start_again()
+
+    def kill(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.process.wait()
+
+    def start_again(self) -> None:
         self.process = ManagedProcess(self.process.argv, log_name="mcp-upstream-restarted").start()
         wait_for(lambda: answers(self.url), timeout=30, message="the restarted upstream")
 
@@ -189,11 +195,12 @@ class Helpdesk:
 
 
 class Gateway(ManagedProcess):
-    def __init__(self, actions_file: Path, log_name: str = "mcp-gateway"):
+    def __init__(self, actions_file: Path, log_name: str = "mcp-gateway", env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         super().__init__([sys.executable, str(ROOT / "manage.py"), "mcp_gateway", "--port", str(self.port)],
-                         env={"DATABASE_URL": database_url_of_tests(), "RECKON_ACTIONS_FILE": str(actions_file)},
+                         env={"DATABASE_URL": database_url_of_tests(), "RECKON_ACTIONS_FILE": str(actions_file),
+                              **(env or {})},
                          log_name=log_name)
 
     def start(self) -> Gateway:

@@ -1,6 +1,7 @@
 """The [[mcp.upstreams]] declarations: what they register, and one clear message for what is wrong."""
 
 import pytest
+from django.conf import settings
 
 from gateway.config import load_upstreams, parse_upstream, policy_for_action
 from ledger.actions import get_action
@@ -42,7 +43,7 @@ approval = "replay"
     assert set(loaded.tools) == {"add_contact", "find_contact", "wipe"}
     add = get_action("mcp:crm_cfg.add_contact")
     assert add.external and add.reversible and add.queryable and add.reconciler == "gateway.reconcile.look_up"
-    assert add.lease_ttl.total_seconds() == 9  # the tool's timeout and a margin
+    assert add.lease_ttl.total_seconds() == settings.RECKON_MCP_GATEWAY_LEASE_S  # renewed, whatever the timeout
     wipe = get_action("mcp:crm_cfg.wipe")
     assert not wipe.reversible and not wipe.queryable and wipe.max_attempts == 3
     assert policy_for_action("mcp:crm_cfg.add_contact").key == "argument:email"
