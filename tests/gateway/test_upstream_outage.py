@@ -41,7 +41,7 @@ timeout = 5
 effect = "reversible"
 timeout = 2
 redact = ["api_key"]
-reconcile = {{ tool = "find_note", arguments = {{ title = "title" }} }}
+reconcile = {{ tool = "find_note", arguments = {{ title = "title" }}, found = "result", match = {{ title = "title" }} }}
 
 [mcp.upstreams.tools.find_note]
 effect = "none"
