@@ -24,6 +24,7 @@ from django.urls import reverse
 from api.models import WorkerToken
 from approvals.services import open_approval_request
 from gateway.config import META_KEY, ToolPolicy, get_upstream
+from ledger.actions import GATEWAY_RESULT
 from ledger.models import Job, LedgerEvent
 from ledger.services import (
     Batch,
@@ -46,7 +47,7 @@ from ledger.services import (
 from ledger.states import ActorType, EventKind, Execution, JobStatus
 
 REDACTED = "[redacted]"
-RESULT = "mcp_result"  # the evidence key under which the upstream's result is recorded
+RESULT = GATEWAY_RESULT  # the evidence key under which the upstream's result is recorded (the worker API refuses it)
 REPLAY_META = "reckon/replay"
 
 

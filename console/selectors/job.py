@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import TenantFence
 from console.selectors.triage import QUIET_KINDS, Triage, triage
+from ledger.actions import GATEWAY_RESULT, is_gateway_action
 from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import EventKind
@@ -83,10 +84,10 @@ class McpCall:
 
 
 def mcp_call(record: JobRecord) -> McpCall | None:
-    if not record.job.action.startswith("mcp:"):
+    if not is_gateway_action(record.job.action):
         return None
     payload = record.job.payload
-    results = [event.evidence["mcp_result"] for event in record.events if "mcp_result" in event.evidence]
+    results = [event.evidence[GATEWAY_RESULT] for event in record.events if GATEWAY_RESULT in event.evidence]
     agents = list(dict.fromkeys(a.lease_owner for a in record.attempts if a.lease_owner)) or \
         list(dict.fromkeys(e.actor for e in record.events if e.kind == EventKind.ENQUEUED))
     return McpCall(upstream=payload.get("upstream", ""), tool=payload.get("tool", ""), agents=agents,

@@ -72,6 +72,7 @@ def test_a_bad_declaration_is_refused_naming_the_file_the_upstream_and_the_tool(
 
 def test_a_worker_pulling_any_job_is_never_handed_a_tool_call_of_the_gateway(tmp_path, db):
     from api.claims import claim_scope
+    from api.http import ApiError
     from api.tokens import worker_token_create
 
     path = tmp_path / "actions.toml"
@@ -81,7 +82,12 @@ def test_a_worker_pulling_any_job_is_never_handed_a_tool_call_of_the_gateway(tmp
     token = worker_token_create(name="any", tenants=["*"], actions=["*"]).worker_token
 
     assert "mcp:pulled.send" not in claim_scope(token, actions=None, tenants=None).actions
-    assert "mcp:pulled.send" in claim_scope(token, actions=["mcp:pulled.send"], tenants=None).actions
+    # A "*" does not reach the gateway's tools even when the claim names one; naming it in the token does.
+    with pytest.raises(ApiError, match="tool of the MCP gateway"):
+        claim_scope(token, actions=["mcp:pulled.send"], tenants=None)
+    named = worker_token_create(name="named", tenants=["*"], actions=["mcp:pulled.send"]).worker_token
+    assert "mcp:pulled.send" not in claim_scope(named, actions=None, tenants=None).actions
+    assert "mcp:pulled.send" in claim_scope(named, actions=["mcp:pulled.send"], tenants=None).actions
 
 
 def test_an_irreversible_tools_first_call_is_held_unrun_and_the_queue_says_so(tmp_path, db):
