@@ -16,7 +16,7 @@ from ledger.services import ClockTimestamp
 from ledger.states import Execution, JobStatus, SideEffect
 from reconciliation.models import ReconciliationCheck
 from reconciliation.passes import reconcile_job, reconcile_until_idle
-from tests.conftest import event_kinds, expire_lease
+from tests.conftest import event_kinds, expire_lease, token_issuer
 from tests.gateway.conftest import call, list_tools, text
 from tests.processes import wait_for
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def acme_token() -> str:
-    return worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token
+    return worker_token_create(name="coder", tenants=["acme"], actions=["*"], created_by=token_issuer()).token
 
 
 def title() -> str:

@@ -13,6 +13,7 @@ from approvals.services import ApprovalRefused, approve
 from console.models import TenantScope
 from ledger.models import Job
 from ledger.states import JobStatus
+from tests.conftest import token_issuer
 from tests.gateway.conftest import call, list_tools, text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -37,7 +38,8 @@ def rows_holding(needle: str) -> list[str]:
 
 def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the_logs(gateway, upstream, client,
                                                                                    operator):
-    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token, title(), \
+    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"],
+                                              created_by=token_issuer()).token, title(), \
         f"sk-{uuid.uuid4().hex}"
     arguments = {"title": name, "body": "with a key", "api_key": secret}
 
@@ -66,8 +68,10 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
 
 
 def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants_tools(gateway, upstream):
-    acme = worker_token_create(name="acme-agent", tenants=["acme"], actions=["*"]).token
-    globex = worker_token_create(name="globex-agent", tenants=["globex"], actions=["*"]).token
+    acme = worker_token_create(name="acme-agent", tenants=["acme"], actions=["*"],
+                               created_by=token_issuer()).token
+    globex = worker_token_create(name="globex-agent", tenants=["globex"], actions=["*"],
+                                 created_by=token_issuer()).token
     name = title()
     done = call(gateway.url, acme, "notes.create_note", {"title": name, "body": "acme's"})
     assert not done.is_error
@@ -84,7 +88,8 @@ def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants
 
 
 def test_a_token_scoped_to_some_actions_calls_only_those_tools(gateway, upstream):
-    token = worker_token_create(name="narrow", tenants=["acme"], actions=["mcp:notes.find_note"]).token
+    token = worker_token_create(name="narrow", tenants=["acme"], actions=["mcp:notes.find_note"],
+                                created_by=token_issuer()).token
 
     assert list_tools(gateway.url, token) == ["notes.find_note"]
     refused = call(gateway.url, token, "notes.create_note", {"title": title(), "body": "x"})
@@ -125,7 +130,8 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     from reconciliation.passes import reconcile_job
     from tests.processes import wait_for
 
-    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"]).token
+    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"],
+                                created_by=token_issuer()).token
     name = title()
     arguments = {"title": name, "body": "entry", "hold": name}
     lost = call(gateway.url, token, "ledgerbook.create_note", arguments)  # approval = "replay": the first call runs
