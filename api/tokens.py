@@ -19,6 +19,7 @@ from console.models import AdminAuditEntry
 from ledger.actions import declared_action
 
 TOKEN_PREFIX = "rk_"  # nosec B105  # the public prefix of worker tokens, not a secret
+PREFIX_LENGTH = 10  # a token's first characters, its public name (WorkerToken.prefix)
 # last_used_at is a hint for admins, not an audit trail: refresh it at most this often.
 LAST_USED_GRANULARITY = timedelta(seconds=60)
 
@@ -110,11 +111,11 @@ def worker_token_create(*, name: str, tenants, actions, created_by=None, issued_
     issuer = created_by or issued_by or CommandLine()
     while True:  # the prefix names the token and binds its leases: never two alike
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        if not WorkerToken.objects.filter(prefix=token[:10]).exists():
+        if not WorkerToken.objects.filter(prefix=token[:PREFIX_LENGTH]).exists():
             break
     worker_token = WorkerToken.objects.create(
         name=name[:100],
-        prefix=token[:10],
+        prefix=token[:PREFIX_LENGTH],
         token_hash=hash_token(token),
         tenants=tenants,
         actions=actions,
@@ -166,6 +167,40 @@ def holder_name(worker_token: WorkerToken, worker: str) -> str:
 def holds(worker_token: WorkerToken, owner: str) -> bool:
     """Was `owner` (a lease owner, an event's actor) written by this token?"""
     return bool(owner) and owner.endswith(holder_tag(worker_token))
+
+
+def agent_tag(worker_token: WorkerToken) -> str:
+    return f" (token {worker_token.prefix})"
+
+
+def agent_name(worker_token: WorkerToken, client: str) -> str:
+    """The name the MCP gateway's agent of this token acts under: `mcp:<token name>:<client>`, then
+    the token's prefix, which names the token in every event its calls write (`token_of`: its issuer
+    stands behind them). It is no worker-API holder's name (`holds` is false: the tag is another
+    shape, and ends the name whatever the client calls itself), so no worker-API write of this token
+    can pass for the gateway's lease."""
+    tag = agent_tag(worker_token)
+    return f"mcp:{worker_token.name}:{client}"[: 200 - len(tag)] + tag
+
+
+# The prefix a worker's (holder_tag) or an agent's (agent_tag) name ends with, and the bracket after it.
+TAGGED = re.compile(rf" ({TOKEN_PREFIX}[A-Za-z0-9_-]{{{PREFIX_LENGTH - len(TOKEN_PREFIX)}}})[)\]]$")
+
+
+def token_of(actor: str) -> WorkerToken | None:
+    """The token (revoked or not) whose worker or agent wrote under `actor`: a lease owner or an
+    event's actor, as `holder_name` and `agent_name` make them; None for any other name."""
+    tagged = TAGGED.search(actor or "")
+    worker_token = WorkerToken.objects.filter(prefix=tagged.group(1)).first() if tagged else None
+    if worker_token is None or not actor.endswith((holder_tag(worker_token), agent_tag(worker_token))):
+        return None
+    return worker_token
+
+
+def issuer_of(actor: str):
+    """The person who issued the token behind `actor` (None: no token's name, or nobody issued it)."""
+    worker_token = token_of(actor)
+    return worker_token.created_by if worker_token is not None else None
 
 
 def authenticate(authorization: str) -> WorkerToken | None:

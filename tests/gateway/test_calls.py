@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from api.models import WorkerToken
 from api.tokens import worker_token_create
 from ledger import services
 from ledger.models import Attempt, Job
@@ -48,7 +49,10 @@ def test_it_runs_a_new_key_once_and_returns_the_upstream_result(gateway, upstrea
     assert result.meta["reckon/job"] == job.job_id and "reckon/replay" not in result.meta
     attempt = Attempt.objects.get(job=job)
     assert (attempt.execution_state, attempt.side_effect_state) == (Execution.SUCCEEDED, SideEffect.CONFIRMED)
-    assert attempt.lease_owner == "mcp:coder:test-agent/1.0"  # the token's name and the client's clientInfo
+    # the token's name and the client's clientInfo, then the token's prefix: every event names the token
+    coder = WorkerToken.objects.get(name="coder")
+    assert attempt.lease_owner == f"mcp:coder:test-agent/1.0 (token {coder.prefix})"
+    assert set(job.events.values_list("actor", flat=True)) == {attempt.lease_owner}
     assert event_kinds(job.job_id) == ["enqueued", "claimed", "side_effect_started", "succeeded"]
 
 

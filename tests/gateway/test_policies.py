@@ -130,8 +130,8 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     from reconciliation.passes import reconcile_job
     from tests.processes import wait_for
 
-    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"],
-                                created_by=token_issuer()).token
+    owner = User.objects.create_user("bea", password="pw-bea")  # made the agent's token
+    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"], created_by=owner).token
     name = title()
     arguments = {"title": name, "body": "entry", "hold": name}
     lost = call(gateway.url, token, "ledgerbook.create_note", arguments)  # approval = "replay": the first call runs
@@ -144,7 +144,14 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
 
     held = call(gateway.url, token, "ledgerbook.create_note", arguments)
     assert "awaiting approval" in text(held) and upstream.notes(name) == 0
-    approve(request_id=ApprovalRequest.objects.get(job=job).pk, user=approver, note="nothing was written: run it")
+    # The reconciler asked; the person behind the token whose agent began the attempt stands behind it.
+    request = ApprovalRequest.objects.get(job=job)
+    assert (request.requested_by, request.requested_by_actor) == (owner, "reconciler")
+    with pytest.raises(ApprovalRefused, match="four eyes: bea requested this approval .*a worker token bea issued"):
+        approve(request_id=request.pk, user=owner, note="my agent's call: run it")
+    request.refresh_from_db()
+    assert request.status == "pending" and Job.objects.get(pk=job.pk).status == JobStatus.AWAITING_APPROVAL
+    approve(request_id=request.pk, user=approver, note="nothing was written: run it")
     upstream.release(name)
     ran = call(gateway.url, token, "ledgerbook.create_note", arguments)
     assert not ran.is_error and upstream.notes(name) == 1
