@@ -24,10 +24,11 @@ from pydantic import Field
 from api.http import refusal
 from api.schemas import (
     MAX_BATCH,
+    NOT_THE_GATEWAYS,
     Attempt,
+    Evidence,
     FencingToken,
     JobId,
-    JsonObject,
     OptionalText,
     Reference,
     Request,
@@ -64,7 +65,8 @@ class ResultItem(LeaseItem):
     retryable: bool = Field(default=False, description="failed: queue the next attempt.")
     reason: OptionalText = Field(default="", description="unknown: why the worker cannot tell whether the effect "
                                                           "happened.")
-    evidence: JsonObject = Field(default_factory=dict, description="What the worker saw, kept with the event.")
+    evidence: Evidence = Field(default_factory=dict,
+                               description=f"What the worker saw, kept with the event. {NOT_THE_GATEWAYS}")
 
 
 NO_ERROR = "the worker gave no reason for the failure"

@@ -25,11 +25,11 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse
 
-from api.http import ApiError
+from api.http import ApiError, check_reach
 from api.models import ALL, WorkerToken
 from api.waiting import ClaimWaits
 from ledger import services
-from ledger.actions import registered_actions
+from ledger.actions import is_gateway_action, registered_actions
 from ledger.gate import gate_status
 from ledger.models import Job
 from ledger.states import JobStatus
@@ -53,21 +53,17 @@ class ClaimScope:
 
 def claim_scope(token: WorkerToken, *, actions: list[str] | None, tenants: list[str] | None) -> ClaimScope:
     """The token's scope narrowed by the request; naming what the token may not see is refused."""
+    check_reach(token, tenants=tenants, actions=actions, doing="claim")
     if actions is not None:
-        refused = sorted({a for a in actions if ALL not in token.actions and a not in token.actions})
-        if refused:
-            raise ApiError(403, "forbidden", f"token {token.prefix}… may not run action(s) {', '.join(refused)}")
         chosen = frozenset(actions)
     else:
-        # The MCP gateway runs its tools' jobs (`mcp:` actions) itself: a worker gets one only by naming it.
+        # The MCP gateway runs its tools' jobs (`mcp:` actions) itself: a worker gets one only by
+        # naming it, with a token that names it too (WorkerToken.reaches).
         chosen = frozenset(
             a.name for a in registered_actions()
-            if a.external and not a.name.startswith("mcp:") and (ALL in token.actions or a.name in token.actions)
+            if a.external and not is_gateway_action(a.name) and token.reaches_action(a.name)
         )
     if tenants is not None:
-        refused = sorted({t for t in tenants if ALL not in token.tenants and t not in token.tenants})
-        if refused:
-            raise ApiError(403, "forbidden", f"token {token.prefix}… may not act for tenant(s) {', '.join(refused)}")
         return ClaimScope(chosen, frozenset(tenants))
     return ClaimScope(chosen, None if ALL in token.tenants else frozenset(token.tenants))
 

@@ -16,7 +16,8 @@ from ninja.security.http import HttpAuthBase
 
 from api import tokens
 from api.body import BodyRefused, check_declared_size, json_type
-from ledger.actions import UnknownAction
+from api.models import ALL
+from ledger.actions import UnknownAction, is_gateway_action
 from ledger.services import (
     ClaimRefused,
     IdentityMismatch,
@@ -46,6 +47,24 @@ def error_response(status: int, code: str, message: str, **extra) -> JsonRespons
 def no_such_job() -> ApiError:
     """Also the answer for a job outside the token's scope: another tenant cannot probe ids."""
     return ApiError(404, "not_found", "no such job")
+
+
+def check_reach(token, *, tenants: list[str] | None, actions: list[str] | None, doing: str) -> None:
+    """Refuse (403) a request that names tenants or actions beyond the token's reach, saying which
+    and, for the MCP gateway's tools, why: only the gateway runs their jobs."""
+    tenants = sorted({t for t in tenants or () if ALL not in token.tenants and t not in token.tenants})
+    actions = sorted({a for a in actions or () if not token.reaches_action(a)})
+    if not tenants and not actions:
+        return
+    named = [*([f"for tenant(s) {', '.join(tenants)}"] if tenants else []),
+             *([f"jobs of action(s) {', '.join(actions)}"] if actions else [])]
+    message = f"token {token.prefix}… may not {doing} {' or '.join(named)}"
+    gateway = [a for a in actions if is_gateway_action(a)]
+    if gateway and ALL in token.actions:
+        message += (f": {', '.join(gateway)} {'is a tool' if len(gateway) == 1 else 'are tools'} of the MCP "
+                    "gateway, which alone enqueues and runs its jobs and records their results; a \"*\" does not "
+                    "reach the gateway's tools over the worker API, only a token that names the action does")
+    raise ApiError(403, "forbidden", message)
 
 
 class WorkerTokenAuth(HttpAuthBase):

@@ -89,6 +89,16 @@ class DescribedBy:
         return handler(self.core_schema)
 
 
+class WithoutKey:
+    """Publish that an object must not hold `key` at its top level (a validator refuses it)."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __get_pydantic_json_schema__(self, core_schema, handler):
+        return {**handler(core_schema), "not": {"required": [self.key]}}
+
+
 # The rule above, declared: the OpenAPI document shows this, and a test checks that it accepts
 # exactly what `stored_object` accepts.
 Text = Annotated[str, Field(pattern=WITHOUT_NUL)]

@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from ledger.actions import is_gateway_action, registered_actions
+
 ALL = "*"
 
 
@@ -54,6 +56,22 @@ class WorkerToken(models.Model):
         return self.revoked_at is None
 
     def allows(self, *, tenant: str, action: str) -> bool:
+        """Whether the token's scope covers the tenant and action (the MCP gateway asks this of its agents)."""
         return (ALL in self.tenants or tenant in self.tenants) and (
             ALL in self.actions or action in self.actions
         )
+
+    def reaches(self, *, tenant: str, action: str) -> bool:
+        """Whether the worker API lets this token see and step on jobs of the tenant and action: as
+        `allows`, except that a "*" does not reach the MCP gateway's tool calls (`mcp:` actions),
+        whose jobs only the gateway runs; a token reaches one only by naming its action."""
+        return (ALL in self.tenants or tenant in self.tenants) and self.reaches_action(action)
+
+    def reaches_action(self, action: str) -> bool:
+        return action in self.actions or (ALL in self.actions and not is_gateway_action(action))
+
+    def actions_reached(self) -> list[str]:
+        """The actions `reaches` covers, by name: a "*" is every declared action but the gateway's."""
+        if ALL not in self.actions:
+            return list(self.actions)
+        return [action.name for action in registered_actions() if not is_gateway_action(action.name)]

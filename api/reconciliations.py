@@ -21,12 +21,13 @@ from ninja import Path, Schema
 from ninja.responses import Status
 from pydantic import Field
 
-from api.http import ApiError
+from api.http import ApiError, check_reach
 from api.models import ALL, WorkerToken
 from api.schemas import (
+    NOT_THE_GATEWAYS,
     ActionName,
     Attempt,
-    JsonObject,
+    Evidence,
     LeasedJob,
     OptionalText,
     Reference,
@@ -68,7 +69,8 @@ class OutcomeRequest(Request):
                     "something else is there; unavailable: the provider could not tell (looked again later)."
     )
     reason: OptionalText = Field(default="", description="Required for not_found: why a replay is safe.")
-    evidence: JsonObject = Field(default_factory=dict, description="What the provider said, kept with the check.")
+    evidence: Evidence = Field(default_factory=dict,
+                               description=f"What the provider said, kept with the check. {NOT_THE_GATEWAYS}")
     result_ref: Reference = Field(default="", description="The provider's reference for the effect, if confirmed.")
     asked: Reference = Field(
         default="", description="Where the agent looked (the provider's endpoint or account, as the attempt's sent_to "
@@ -83,16 +85,15 @@ class Applied(Schema):
     note: str
 
 
-def _within(token: WorkerToken, kind: str, requested: list[str] | None, allowed: list[str]) -> list[str] | None:
-    """What to claim from: the request's filter, which must lie within the token's scope (None:
-    everything the token may see). Naming what the token may not see is refused, as for claims."""
-    if requested is not None:
-        outside = sorted({name for name in requested if ALL not in allowed and name not in allowed})
-        if outside:
-            raise ApiError(403, "forbidden", f"token {token.prefix}… may not reconcile for {kind}(s) "
-                                             f"{', '.join(outside)}")
-        return requested
-    return None if ALL in allowed else list(allowed)
+def _within(token: WorkerToken, body: ReconciliationClaimRequest) -> tuple[list[str], list[str] | None]:
+    """What to claim from: the request's actions and tenants, which must lie within the token's reach
+    (by default: every action it reaches, which a "*" makes every action but the MCP gateway's; every
+    tenant it may see, None for all). Naming what the token does not reach is refused, as for claims."""
+    actions, tenants = body.actions, body.tenants
+    check_reach(token, tenants=tenants, actions=actions, doing="reconcile")
+    if tenants is None and ALL not in token.tenants:
+        tenants = list(token.tenants)
+    return (actions if actions is not None else token.actions_reached()), tenants
 
 
 @api.post(
@@ -110,11 +111,8 @@ def _within(token: WorkerToken, kind: str, requested: list[str] | None, allowed:
 )
 def claim(request: HttpRequest, body: ReconciliationClaimRequest):
     token = request.auth
-    claimed = pulling.claim_reconciliation(
-        allows=token.allows,
-        actions=_within(token, "action", body.actions, token.actions),
-        tenants=_within(token, "tenant", body.tenants, token.tenants),
-    )
+    actions, tenants = _within(token, body)
+    claimed = pulling.claim_reconciliation(allows=token.reaches, actions=actions, tenants=tenants)
     if claimed is None:
         return HttpResponse(status=204)
     return Status(201, {
@@ -139,7 +137,7 @@ def answer(request: HttpRequest, reconciliation_id: ReconciliationId, body: Outc
 
     job_pk = int(reconciliation_id.split("-")[0])
     job = Job.objects.filter(pk=job_pk).only("tenant", "action").first()
-    if job is None or not request.auth.allows(tenant=job.tenant, action=job.action):
+    if job is None or not request.auth.reaches(tenant=job.tenant, action=job.action):
         raise ApiError(404, "not_found", "no such reconciliation")
     token = request.auth
     # The token's issuer stands behind its answers: they may not approve what one led to.

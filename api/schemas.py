@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Validat
 from pydantic_core import PydanticCustomError
 
 from api import json_values
-from ledger.actions import registered_actions
+from ledger.actions import GATEWAY_RESULT, registered_actions
 from ledger.identifiers import (
     JOB_ID_MAX_LENGTH,
     JOB_ID_SEGMENT_PATTERN,
@@ -111,6 +111,21 @@ JsonObject = Annotated[
 ]
 
 
+def _not_the_gateways(evidence: dict) -> dict:
+    if GATEWAY_RESULT in evidence:
+        raise ValueError(
+            f"{GATEWAY_RESULT!r} is refused: it is where the MCP gateway records a tool's result, and the gateway "
+            "answers the agent's next identical call from it, so only the gateway and its reconciler write it; "
+            "keep what the provider said under another key"
+        )
+    return evidence
+
+
+# What a worker or an agent saw, kept with the event: any JSON object but the gateway's record of a result.
+NOT_THE_GATEWAYS = f"Any key but {GATEWAY_RESULT!r}, the MCP gateway's record of a tool's result."
+Evidence = Annotated[JsonObject, AfterValidator(_not_the_gateways), json_values.WithoutKey(GATEWAY_RESULT)]
+
+
 class Request(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -200,23 +215,23 @@ class SuccessRequest(LeaseRequest):
     result_ref: Reference = Field(
         default="", description="The provider's reference for the effect (a message id)."
     )
-    evidence: JsonObject = Field(
-        default_factory=dict, description="What the worker saw, kept with the event."
+    evidence: Evidence = Field(
+        default_factory=dict, description=f"What the worker saw, kept with the event. {NOT_THE_GATEWAYS}"
     )
 
 
 class FailureRequest(LeaseRequest):
     error: Text = Field(description="Why the provider refused.")
     retryable: bool = Field(default=False, description="Queue the next attempt.")
-    evidence: JsonObject = Field(
-        default_factory=dict, description="What the worker saw, kept with the event."
+    evidence: Evidence = Field(
+        default_factory=dict, description=f"What the worker saw, kept with the event. {NOT_THE_GATEWAYS}"
     )
 
 
 class UnknownRequest(LeaseRequest):
     reason: Text = Field(description="Why the worker cannot tell whether the effect happened.")
-    evidence: JsonObject = Field(
-        default_factory=dict, description="What the worker saw, kept with the event."
+    evidence: Evidence = Field(
+        default_factory=dict, description=f"What the worker saw, kept with the event. {NOT_THE_GATEWAYS}"
     )
 
 

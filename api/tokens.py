@@ -16,8 +16,10 @@ from django.utils import timezone
 from api.models import ALL, WorkerToken
 from console.admin_trail import record_change, snapshot
 from console.models import AdminAuditEntry
+from ledger.actions import declared_action
 
 TOKEN_PREFIX = "rk_"  # nosec B105  # the public prefix of worker tokens, not a secret
+PREFIX_LENGTH = 10  # a token's first characters, its public name (WorkerToken.prefix)
 # last_used_at is a hint for admins, not an audit trail: refresh it at most this often.
 LAST_USED_GRANULARITY = timedelta(seconds=60)
 
@@ -65,23 +67,55 @@ def _trail_snapshot(worker_token: WorkerToken) -> dict:
     return values
 
 
+class IssuerRequired(ValueError):
+    """The token could reach an irreversible action, and no active user issues it: nothing was written."""
+
+
+def irreversible_reach(actions: list[str]) -> str:
+    """What irreversible work a token of these actions can reach, in words; "" when none.
+
+    A "*" always can: a token outlives the declarations it was issued under, and an irreversible
+    action (an MCP tool among them) declared later would be in its reach with nobody behind it. A
+    named action this process does not declare cannot be told reversible, so it counts as not."""
+    if ALL in actions:
+        return 'every action ("*": the irreversible ones, the MCP gateway\'s irreversible tools among them, as ' \
+               "declared now or later)"
+    declared = {name: declared_action(name) for name in actions}
+    irreversible = sorted(name for name, action in declared.items() if action is not None and not action.reversible)
+    undeclared = sorted(name for name, action in declared.items() if action is None)
+    said = [f"the irreversible action(s) {', '.join(irreversible)}"] if irreversible else []
+    if undeclared:
+        said.append(f"action(s) {', '.join(undeclared)}, which nothing declares here, so not known to be reversible")
+    return " and ".join(said)
+
+
 @transaction.atomic
 def worker_token_create(*, name: str, tenants, actions, created_by=None, issued_by=None) -> IssuedToken:
     """Issue a token. `created_by` is the user issuing it (an admin, or the user a command names);
     `issued_by` who records it in the admin trail when that is not a user (`CommandLine()`). The
-    issuer is recorded on the token: nobody may approve a replay their token's answer led to."""
+    issuer is recorded on the token: nobody may approve a replay their token's answer led to, nor one
+    its agent's call asks for. So a token that can reach an irreversible action (`irreversible_reach`)
+    needs an active user behind it (IssuerRequired otherwise)."""
     name = (name or "").strip()
     if not name:
         raise ValueError("a token needs a name")
     tenants, actions = clean_scope("tenant", tenants), clean_scope("action", actions)
+    reach = irreversible_reach(actions)
+    if reach and (created_by is None or not created_by.is_active):
+        nobody = "no person issues it" if created_by is None else f"{created_by.get_username()} is not an active user"
+        raise IssuerRequired(
+            f"token {name!r} can reach {reach}, and {nobody}: a token that can reach irreversible work needs a "
+            "person behind it, who then may not approve what its calls and answers ask for. Issue it as an "
+            "active user: manage.py worker_token create ... --by USERNAME, or in /admin/ signed in as one"
+        )
     issuer = created_by or issued_by or CommandLine()
     while True:  # the prefix names the token and binds its leases: never two alike
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        if not WorkerToken.objects.filter(prefix=token[:10]).exists():
+        if not WorkerToken.objects.filter(prefix=token[:PREFIX_LENGTH]).exists():
             break
     worker_token = WorkerToken.objects.create(
         name=name[:100],
-        prefix=token[:10],
+        prefix=token[:PREFIX_LENGTH],
         token_hash=hash_token(token),
         tenants=tenants,
         actions=actions,
@@ -133,6 +167,40 @@ def holder_name(worker_token: WorkerToken, worker: str) -> str:
 def holds(worker_token: WorkerToken, owner: str) -> bool:
     """Was `owner` (a lease owner, an event's actor) written by this token?"""
     return bool(owner) and owner.endswith(holder_tag(worker_token))
+
+
+def agent_tag(worker_token: WorkerToken) -> str:
+    return f" (token {worker_token.prefix})"
+
+
+def agent_name(worker_token: WorkerToken, client: str) -> str:
+    """The name the MCP gateway's agent of this token acts under: `mcp:<token name>:<client>`, then
+    the token's prefix, which names the token in every event its calls write (`token_of`: its issuer
+    stands behind them). It is no worker-API holder's name (`holds` is false: the tag is another
+    shape, and ends the name whatever the client calls itself), so no worker-API write of this token
+    can pass for the gateway's lease."""
+    tag = agent_tag(worker_token)
+    return f"mcp:{worker_token.name}:{client}"[: 200 - len(tag)] + tag
+
+
+# The prefix a worker's (holder_tag) or an agent's (agent_tag) name ends with, and the bracket after it.
+TAGGED = re.compile(rf" ({TOKEN_PREFIX}[A-Za-z0-9_-]{{{PREFIX_LENGTH - len(TOKEN_PREFIX)}}})[)\]]$")
+
+
+def token_of(actor: str) -> WorkerToken | None:
+    """The token (revoked or not) whose worker or agent wrote under `actor`: a lease owner or an
+    event's actor, as `holder_name` and `agent_name` make them; None for any other name."""
+    tagged = TAGGED.search(actor or "")
+    worker_token = WorkerToken.objects.filter(prefix=tagged.group(1)).first() if tagged else None
+    if worker_token is None or not actor.endswith((holder_tag(worker_token), agent_tag(worker_token))):
+        return None
+    return worker_token
+
+
+def issuer_of(actor: str):
+    """The person who issued the token behind `actor` (None: no token's name, or nobody issued it)."""
+    worker_token = token_of(actor)
+    return worker_token.created_by if worker_token is not None else None
 
 
 def authenticate(authorization: str) -> WorkerToken | None:

@@ -3,7 +3,8 @@
 Built on django-ninja: the pydantic schemas in `api.schemas` validate each request and are the
 OpenAPI document (/api/v1/openapi.json). Every transition is `ledger.services`; a lease-bound
 write rebuilds the Lease from the attempt the caller's fencing token names, and the service's
-compare-and-set decides. A job outside the token's tenants and actions is, to that token, no job.
+compare-and-set decides. A job outside the token's tenants and actions is, to that token, no job; and so is a job of the
+MCP gateway (an `mcp:` action) to a token that does not name its action (WorkerToken.reaches).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from api.claims import NOTHING_HEADERS, claim_next, claim_scope, client_gone_fro
 from api.http import (
     ApiError,
     WorkerTokenAuth,
+    check_reach,
     field_message,
     http_error,
     invalid_fields,
@@ -102,7 +104,10 @@ api = WorkerApi(
         "at most RECKON_API_MAX_BODY_BYTES (256 KiB by default; 413 beyond), with no repeated "
         "key in any object, no NaN or Infinity and no unpaired surrogate escapes (400). A job "
         "outside the token's tenants and actions answers 404 exactly like a job that does not "
-        'exist. Every refusal is `{"error": {"code", "message", "fields"?, "reason"?}}`.'
+        "exist. The MCP gateway's tool calls (`mcp:` actions) are the gateway's: a `*` in a token's "
+        "actions does not reach them (only naming the action does), and no evidence may hold "
+        "`mcp_result`, where the gateway records a tool's result (400). "
+        'Every refusal is `{"error": {"code", "message", "fields"?, "reason"?}}`.'
     ),
     servers=[{"url": "/api/v1"}],
     openapi_url="/openapi.json",
@@ -124,8 +129,9 @@ api.add_exception_handler(Exception, server_error)
 ERRORS = {
     400: "invalid body or fields (`fields` names each one)",
     401: "no token, an unknown token or a revoked token",
-    403: "the token's scope does not cover this tenant and action",
-    404: "no such job (a job outside the token's scope is no job to it)",
+    403: "the token's scope does not cover this tenant and action (a `*` does not cover the MCP gateway's "
+         "`mcp:` actions)",
+    404: "no such job (a job outside the token's scope is no job to it, as is an MCP gateway job to a `*`)",
     413: "body over the size limit",
     415: "the body is not application/json",
 }
@@ -262,7 +268,7 @@ def answered(request: HttpRequest, status: int, body: dict) -> HttpResponse:
 
 def _job_in_scope(request: HttpRequest, job_id: str) -> models.Job:
     job = models.Job.objects.filter(job_id=job_id).first()
-    if job is None or not request.auth.allows(tenant=job.tenant, action=job.action):
+    if job is None or not request.auth.reaches(tenant=job.tenant, action=job.action):
         raise no_such_job()
     return job
 
@@ -284,10 +290,11 @@ def _named_lease(request: HttpRequest, job_id: str, body: LeaseRequest) -> servi
 
 
 def _scope(request: HttpRequest) -> Scope:
-    """The token's tenants and actions, as the ledger's steps take them (None: all)."""
+    """The token's tenants and actions, as the ledger's steps take them (None: all tenants). The
+    actions are always named: a "*" is every declared action but the MCP gateway's, whose jobs are
+    the gateway's (WorkerToken.reaches)."""
     token = request.auth
-    return Scope(tenants=None if ALL in token.tenants else token.tenants,
-                 actions=None if ALL in token.actions else token.actions)
+    return Scope(tenants=None if ALL in token.tenants else token.tenants, actions=token.actions_reached())
 
 
 # -- endpoints ------------------------------------------------------------------------------------
@@ -318,12 +325,7 @@ def _scope(request: HttpRequest) -> Scope:
 )
 def enqueue(request: HttpRequest, body: EnqueueRequest):
     token = request.auth
-    if not token.allows(tenant=body.tenant, action=body.action):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"token {token.prefix}… may not act for tenant {body.tenant!r} and action {body.action!r}",
-        )
+    check_reach(token, tenants=[body.tenant], actions=[body.action], doing="enqueue")
     conflict = holder = None
     try:
         job = services.enqueue_job(**body.model_dump(), actor=holder_name(token, "api"))
@@ -333,7 +335,7 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
         conflict = refused
     if conflict is not None:
         holder = holder or models.Job.objects.filter(job_id=body.job_id).values("tenant", "action").get()
-        if not token.allows(**holder):  # say nothing of work this token cannot see
+        if not token.reaches(**holder):  # say nothing of work this token cannot see
             raise ApiError(409, "job_id_unavailable", "this job id is taken; choose another")
         raise conflict
     return Status(201 if job.created_now else 200, job_json(job, token))

@@ -217,8 +217,9 @@ def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, Appr
 
 
 def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
-    """The approver is not the person whose action led to the request; and when nobody's did
-    (the reconciler asked on its own), not anyone who decided on this job before."""
+    """The approver is not the person whose action led to the request (who asked, or who issued the
+    worker token whose agent asked, answered or began the attempt); and when nobody's did (the
+    reconciler asked on its own), not anyone who decided on this job before."""
     name = user.get_username()
     same = sorted(set(identities_of(user)) & set(request.requested_by_identities))
     if same and request.requested_by_id != user.pk:
@@ -229,11 +230,13 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
     if request.requested_by_id is not None:
         if request.requested_by_id == user.pk:
             through = request.requested_by_actor
-            # The MCP gateway's agents are named mcp:<token>:<client>; a pull reconciler's answers otherwise.
-            given = "a tool call made" if through.startswith("mcp:") else "an answer given"
-            behind = "" if through in (name, "reconciler") else (
-                f" (through {through}: {given} with a worker token {name} issued)"
-            )
+            if through == "reconciler":
+                behind = (" (the reconciler asked, after a step of theirs: sending the attempt back to it, or "
+                          f"beginning it with a worker token {name} issued)")
+            else:
+                # The MCP gateway's agents are named mcp:<token>:<client>; a pull reconciler's answers otherwise.
+                given = "a tool call made" if through.startswith("mcp:") else "an answer given"
+                behind = "" if through == name else f" (through {through}: {given} with a worker token {name} issued)"
             raise ApprovalRefused(
                 f"four eyes: {name} requested this approval{behind} and cannot {what}; another approver must decide"
             )

@@ -131,7 +131,7 @@ def batched_cycles(world: World, *, seconds: float, sizes=SIZES, processes=PROCE
     server, url = serve_api(world)
     rows = []
     try:
-        token = worker_token_create(name="bench-batch", tenants="*", actions="*").token
+        token = worker_token_create(name="bench-batch", tenants="*", actions=[ACTION]).token  # reversible: nobody behind it
         for count in processes:
             for size in sizes:
                 for way in ("in_process", "http"):

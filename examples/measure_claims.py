@@ -120,7 +120,7 @@ def main() -> int:
         for tenant in ("http", "local", "by-id"):
             for n in range(args.jobs):
                 services.enqueue_job(job_id=f"{tenant}-{n}", tenant=tenant, action="bench.external", payload={})
-        token = worker_token_create(name="bench", tenants="*", actions="*").token
+        token = worker_token_create(name="bench", tenants="*", actions=["bench.external"]).token
         url = f"http://127.0.0.1:{port}"
         print(f"{args.jobs} jobs per measurement, {args.workers} workers; gunicorn: 2 processes x 4 threads")
 

@@ -25,11 +25,12 @@ import jmespath
 
 from gateway import upstream as upstreams
 from gateway.config import Lookup, ToolPolicy, Upstream, get_upstream, policy_for_action
+from ledger.actions import GATEWAY_RESULT
 from ledger.models import Attempt, Job
 from reconciliation.findings import Finding
 from reconciliation.models import CheckOutcome
 
-RESULT = "mcp_result"  # the evidence key of the upstream's own result for the call (gateway.calls)
+RESULT = GATEWAY_RESULT  # the evidence key of the upstream's own result (the worker API refuses it)
 FOUND = "mcp_found"  # the evidence key of the effect a reconciler found (not the tool's result)
 LOOKUP = "lookup"  # the evidence key of the look-up that was asked
 

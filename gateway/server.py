@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from api.tokens import authenticate
+from api.tokens import agent_name, authenticate
 from gateway import calls, limits
 from gateway import upstream as upstreams
 from gateway.config import ToolPolicy, get_upstream
@@ -36,10 +36,11 @@ def _token(ctx):
 
 
 def _agent(ctx) -> str:
-    """The attempt's worker: the token's name and the MCP client's clientInfo."""
+    """The attempt's worker: the token's name and the MCP client's clientInfo, then the token's
+    prefix, so that every event of the call names the token, whose issuer stands behind it."""
     params = ctx.session.client_params
     client = f"{params.client_info.name}/{params.client_info.version}" if params and params.client_info else "client"
-    return f"mcp:{_token(ctx).name}:{client}"[:200]
+    return agent_name(_token(ctx), client)
 
 
 def _policy(name: str) -> ToolPolicy:

@@ -157,6 +157,17 @@ def policy_of(job: Job) -> Policy:
     return get_action(job.action).policy
 
 
+# The MCP gateway's tool calls are jobs of the actions `mcp:<upstream>.<tool>` (gateway/config.py),
+# and the gateway records an upstream's result in an event's evidence under GATEWAY_RESULT, from
+# which it answers the agent's next identical call: only the gateway and its reconciler write it.
+GATEWAY_ACTIONS = "mcp:"
+GATEWAY_RESULT = "mcp_result"
+
+
+def is_gateway_action(name: str) -> bool:
+    return name.startswith(GATEWAY_ACTIONS)
+
+
 class UnknownAction(LookupError):
     pass
 

@@ -12,18 +12,20 @@ from collections.abc import Callable
 
 
 class Hook:
-    """One function an app above the ledger lends it; calling the hook calls that function."""
+    """One function an app above lends a layer below it; calling the hook calls that function."""
 
     def __init__(self, purpose: str):
         self.purpose = purpose
-        self._function: Callable[[], object] | None = None
+        self._function: Callable[..., object] | None = None
 
-    def register(self, function: Callable[[], object]) -> None:
+    def register(self, function: Callable[..., object]) -> None:
         self._function = function
 
-    def __call__(self) -> None:
+    def __call__(self, *args) -> object:
+        """The lent function's answer; None when nobody lent one."""
         if self._function is not None:
-            self._function()
+            return self._function(*args)
+        return None
 
     def __repr__(self) -> str:
         return f"<Hook {self.purpose}: {getattr(self._function, '__qualname__', None)}>"

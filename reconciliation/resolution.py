@@ -27,6 +27,7 @@ from django.contrib.auth import get_user_model
 
 from approvals.services import open_approval_request, withdraw_pending_for
 from ledger.actions import policy_of
+from ledger.hooks import Hook
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Batch, trigger_reconciliation
 from ledger.states import ActorType, EventKind, Execution, JobStatus, SideEffect
@@ -184,13 +185,23 @@ def _closing_queued(attempt: Attempt, note: str) -> dict:
     return {}
 
 
+# Who issued the worker token an actor's name carries (a worker of the API, an agent of the MCP
+# gateway): api.tokens.issuer_of, lent from the worker API's AppConfig.ready (this layer is below it).
+token_issuer = Hook("the person who issued the worker token an actor's name is tagged with")
+
+
 def _person_behind(job: Job, attempt: Attempt):
-    """The operator whose "Retry reconciliation" sent this attempt back to the reconciler, if any:
-    the person whose action led to what the reconciler asks approval for."""
-    retried = (
-        LedgerEvent.objects.filter(job=job, attempt=attempt, kind=EventKind.OPERATOR_RETRIED_RECONCILIATION)
-        .order_by("-id").values_list("actor", flat=True).first()
+    """The person whose action led to what the reconciler asks approval for: the operator whose
+    "Retry reconciliation" sent this attempt back to the reconciler, or else the issuer of the
+    worker token whose worker or agent began the attempt (the event is append-only, and its actor
+    names the token)."""
+    actors = dict(
+        LedgerEvent.objects.filter(job=job, attempt=attempt, kind__in=[
+            EventKind.OPERATOR_RETRIED_RECONCILIATION, EventKind.SIDE_EFFECT_STARTED])
+        .order_by("id").values_list("kind", "actor")
     )
-    if retried is None:
-        return None
-    return get_user_model().objects.filter(username=retried).first()
+    retried = actors.get(EventKind.OPERATOR_RETRIED_RECONCILIATION)
+    if retried is not None:
+        return get_user_model().objects.filter(username=retried).first()
+    began = actors.get(EventKind.SIDE_EFFECT_STARTED)
+    return token_issuer(began) if began else None

@@ -16,8 +16,9 @@ HMAC-SHA256(secret, "answer.<question_id>." + the exact answer body) (the client
 `asked` (optional) names the provider the receiver looked at, in the terms of the attempt's
 `sent_to` (where the worker sent the effect): when they differ, the answer decides nothing alone
 (reconciliation.findings.where_it_was_sent). Anything else — a timeout, a 5xx, an answer not signed
-for this question, invalid JSON, an unknown outcome, and (as for every reconciler) `not_found`
-without a reason — proves nothing: `unavailable`, with the usual back-off. The check row records
+for this question, invalid JSON, an unknown outcome, evidence holding `mcp_result` (the MCP
+gateway's record of a tool's result, which only the gateway writes), and (as for every reconciler)
+`not_found` without a reason — proves nothing: `unavailable`, with the usual back-off. The check row records
 the request and the answer.
 """
 
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 
 from reckon_client import WEBHOOK_SIGNATURE_HEADER, WebhookSignatureError, sign_webhook, verify_answer
 
-from ledger.actions import Webhook
+from ledger.actions import GATEWAY_RESULT, Webhook
 from ledger.budget import BUDGET, NotSent, parse_retry_after
 from ledger.models import Attempt, Job
 from reconciliation.findings import REPORTED, Finding
@@ -99,6 +100,9 @@ def ask(webhook: Webhook, job: Job, attempt: Attempt) -> Finding:
     asked = answer.get("asked", "")
     if not all(isinstance(text, str) for text in (reason, result_ref, asked)) or not isinstance(evidence, dict):
         return _unavailable("webhook answer: reason, result_ref and asked must be strings, evidence an object", record)
+    if GATEWAY_RESULT in evidence:  # the gateway would answer its agent's next call from it
+        return _unavailable(f"webhook answer refused: its evidence holds {GATEWAY_RESULT!r}, where the MCP gateway "
+                            "records a tool's result; only the gateway and its reconciler write it", record)
     return Finding(answer["outcome"], reason, {**evidence, "webhook": record}, result_ref=result_ref, asked=asked)
 
 

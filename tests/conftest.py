@@ -80,6 +80,12 @@ def _persona(username: str, group: str | None, **extra) -> User:
     return user
 
 
+def token_issuer() -> User:
+    """The person who issues the tests' worker tokens (a token that can reach irreversible work has
+    one behind it: api.tokens.worker_token_create); in no group, so she approves nothing."""
+    return User.objects.get_or_create(username="tina")[0]
+
+
 @pytest.fixture
 def operator(db) -> User:
     return _persona("olga", "operators")

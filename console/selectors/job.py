@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import TenantFence
 from console.selectors.triage import QUIET_KINDS, Triage, triage
+from ledger.actions import GATEWAY_RESULT, is_gateway_action
 from ledger.invariants import first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.states import EventKind
@@ -84,16 +85,16 @@ class McpCall:
 
 
 def mcp_call(record: JobRecord) -> McpCall | None:
-    if not record.job.action.startswith("mcp:"):
+    if not is_gateway_action(record.job.action):
         return None
     payload = record.job.payload
     # The gateway's evidence keys (gateway/reconcile.py): the tool's result, the effect a reconciler
     # found and the look-up it asked (a look-up's answer is never shown as the tool's result).
-    results = [event.evidence["mcp_result"] for event in record.events
-               if "mcp_result" in event.evidence and ("lookup" not in event.evidence or "mcp_found" in event.evidence)]
-    found = [{"item": event.evidence.get("mcp_found", event.evidence.get("mcp_result")),
+    results = [event.evidence[GATEWAY_RESULT] for event in record.events
+               if GATEWAY_RESULT in event.evidence and ("lookup" not in event.evidence or "mcp_found" in event.evidence)]
+    found = [{"item": event.evidence.get("mcp_found", event.evidence.get(GATEWAY_RESULT)),
               "lookup": event.evidence.get("lookup")} for event in record.events
-             if "mcp_found" in event.evidence or ("lookup" in event.evidence and "mcp_result" in event.evidence)]
+             if "mcp_found" in event.evidence or ("lookup" in event.evidence and GATEWAY_RESULT in event.evidence)]
     agents = list(dict.fromkeys(a.lease_owner for a in record.attempts if a.lease_owner)) or \
         list(dict.fromkeys(e.actor for e in record.events if e.kind == EventKind.ENQUEUED))
     return McpCall(upstream=payload.get("upstream", ""), tool=payload.get("tool", ""), agents=agents,

@@ -12,6 +12,7 @@ from api import tokens
 from ledger.actions import _registry
 from ledger.declarations import load_actions_file
 from ledger.models import Attempt, Job, LedgerEvent
+from tests.conftest import token_issuer
 from tests.processes import WebServer, database_url_of_tests
 
 
@@ -54,7 +55,8 @@ class ApiClient:
 
 
 def issue(tenants=("*",), actions=("*",), name: str = "worker") -> str:
-    return tokens.worker_token_create(name=name, tenants=list(tenants), actions=list(actions)).token
+    return tokens.worker_token_create(name=name, tenants=list(tenants), actions=list(actions),
+                                      created_by=token_issuer()).token
 
 
 @pytest.fixture

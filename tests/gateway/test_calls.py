@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from api.models import WorkerToken
 from api.tokens import worker_token_create
 from ledger import services
 from ledger.models import Attempt, Job
@@ -16,7 +17,7 @@ from ledger.services import ClockTimestamp
 from ledger.states import Execution, JobStatus, SideEffect
 from reconciliation.models import ReconciliationCheck
 from reconciliation.passes import reconcile_job, reconcile_until_idle
-from tests.conftest import event_kinds, expire_lease
+from tests.conftest import event_kinds, expire_lease, token_issuer
 from tests.gateway.conftest import call, list_tools, text
 from tests.processes import wait_for
 
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def acme_token() -> str:
-    return worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token
+    return worker_token_create(name="coder", tenants=["acme"], actions=["*"], created_by=token_issuer()).token
 
 
 def title() -> str:
@@ -48,7 +49,10 @@ def test_it_runs_a_new_key_once_and_returns_the_upstream_result(gateway, upstrea
     assert result.meta["reckon/job"] == job.job_id and "reckon/replay" not in result.meta
     attempt = Attempt.objects.get(job=job)
     assert (attempt.execution_state, attempt.side_effect_state) == (Execution.SUCCEEDED, SideEffect.CONFIRMED)
-    assert attempt.lease_owner == "mcp:coder:test-agent/1.0"  # the token's name and the client's clientInfo
+    # the token's name and the client's clientInfo, then the token's prefix: every event names the token
+    coder = WorkerToken.objects.get(name="coder")
+    assert attempt.lease_owner == f"mcp:coder:test-agent/1.0 (token {coder.prefix})"
+    assert set(job.events.values_list("actor", flat=True)) == {attempt.lease_owner}
     assert event_kinds(job.job_id) == ["enqueued", "claimed", "side_effect_started", "succeeded"]
 
 

@@ -13,7 +13,7 @@ from ledger.models import Job
 from ledger.services import sweep_expired_leases
 from ledger.states import Execution, JobStatus
 from reconciliation.passes import reconcile_job
-from tests.conftest import latest_attempt
+from tests.conftest import latest_attempt, token_issuer
 from tests.gateway.conftest import Gateway, call, text
 from tests.processes import wait_for
 
@@ -66,7 +66,8 @@ def one_round(first: Gateway, second_url: str, token: str, upstream) -> dict:
 def test_sigkill_of_the_gateway_mid_call_repeats_nothing_and_loses_nothing(actions_file, gateway, upstream):
     from api.tokens import worker_token_create
 
-    token = worker_token_create(name="chaos-agent", tenants=["acme"], actions=["*"]).token
+    token = worker_token_create(name="chaos-agent", tenants=["acme"], actions=["*"],
+                                created_by=token_issuer()).token
     rounds = []
     for index in range(ROUNDS):
         with Gateway(actions_file, log_name=f"mcp-gateway-doomed-{index}") as doomed:
@@ -85,7 +86,8 @@ def test_an_upstream_restarted_mid_call_leaves_the_call_unknown_until_reconciled
         actions_file, gateway, upstream):
     from api.tokens import worker_token_create
 
-    token = worker_token_create(name="chaos-agent", tenants=["acme"], actions=["*"]).token
+    token = worker_token_create(name="chaos-agent", tenants=["acme"], actions=["*"],
+                                created_by=token_issuer()).token
     totals = {"duplicates": 0, "lost": 0, "ran_while_unknown": 0}
     with Gateway(actions_file, log_name="mcp-gateway-second") as second:
         for _ in range(ROUNDS):

@@ -6,6 +6,7 @@ from django.conf import settings
 from gateway.config import load_upstreams, parse_upstream, policy_for_action
 from ledger.actions import get_action
 from ledger.declarations import DeclarationError, load_actions_file
+from tests.conftest import token_issuer
 
 
 def upstream(**tools):
@@ -89,16 +90,24 @@ def test_a_bad_declaration_is_refused_naming_the_file_the_upstream_and_the_tool(
 
 def test_a_worker_pulling_any_job_is_never_handed_a_tool_call_of_the_gateway(tmp_path, db):
     from api.claims import claim_scope
+    from api.http import ApiError
     from api.tokens import worker_token_create
 
     path = tmp_path / "actions.toml"
     path.write_text('[[mcp.upstreams]]\nname = "pulled"\ntenant = "acme"\nurl = "http://127.0.0.1:9/mcp"\n'
                     '[mcp.upstreams.tools.send]\neffect = "reversible"\n')
     load_upstreams(path)
-    token = worker_token_create(name="any", tenants=["*"], actions=["*"]).worker_token
+    token = worker_token_create(name="any", tenants=["*"], actions=["*"],
+                                created_by=token_issuer()).worker_token
 
     assert "mcp:pulled.send" not in claim_scope(token, actions=None, tenants=None).actions
-    assert "mcp:pulled.send" in claim_scope(token, actions=["mcp:pulled.send"], tenants=None).actions
+    # A "*" does not reach the gateway's tools even when the claim names one; naming it in the token does.
+    with pytest.raises(ApiError, match="tool of the MCP gateway"):
+        claim_scope(token, actions=["mcp:pulled.send"], tenants=None)
+    named = worker_token_create(name="named", tenants=["*"], actions=["mcp:pulled.send"],
+                                created_by=token_issuer()).worker_token
+    assert "mcp:pulled.send" not in claim_scope(named, actions=None, tenants=None).actions
+    assert "mcp:pulled.send" in claim_scope(named, actions=["mcp:pulled.send"], tenants=None).actions
 
 
 def test_an_irreversible_tools_first_call_is_held_unrun_and_the_queue_says_so(tmp_path, db):
@@ -113,7 +122,8 @@ def test_an_irreversible_tools_first_call_is_held_unrun_and_the_queue_says_so(tm
     path.write_text('[[mcp.upstreams]]\nname = "vault_cfg"\ntenant = "acme"\nurl = "http://127.0.0.1:9/mcp"\n'
                     '[mcp.upstreams.tools.rotate]\neffect = "irreversible"\nredact = ["old_secret"]\n')
     [declared] = load_upstreams(path)
-    token = worker_token_create(name="ops-agent", tenants=["acme"], actions=["*"]).worker_token
+    token = worker_token_create(name="ops-agent", tenants=["acme"], actions=["*"],
+                                created_by=token_issuer()).worker_token
 
     answer = open_call(token=token, policy=declared.tools["rotate"], arguments={"name": "db", "old_secret": "x1"},
                        meta={}, agent="mcp:ops-agent:cli/1")

@@ -14,7 +14,7 @@ from gateway.config import get_upstream
 from ledger import fastpath
 from ledger.models import Job
 from ledger.states import JobStatus
-from tests.conftest import event_kinds
+from tests.conftest import event_kinds, token_issuer
 from tests.ledger.test_fast_path import _ledger_rows
 from tests.ledger.test_history_retention import cut_here, fresh_layout, retention_pass
 
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.django_db
 def test_a_call_goes_through_the_ledgers_step_functions(actions_file, monkeypatch):
     steps, run_step = [], fastpath.run_step
     monkeypatch.setattr(fastpath, "run_step", lambda step, params: steps.append(step) or run_step(step, params))
-    token = authenticate(f"Bearer {worker_token_create(name='door', tenants=['acme'], actions=['*']).token}")
+    issued = worker_token_create(name="door", tenants=["acme"], actions=["*"], created_by=token_issuer())
+    token = authenticate(f"Bearer {issued.token}")
     arguments = {"title": f"door-{uuid.uuid4().hex[:8]}", "body": "b"}
 
     go = calls.open_call(token=token, policy=get_upstream("notes").tools["create_note"], arguments=arguments,
@@ -40,7 +41,8 @@ def test_a_call_goes_through_the_ledgers_step_functions(actions_file, monkeypatc
 def test_a_key_seen_before_takes_the_general_path_and_runs_its_next_attempt(actions_file, monkeypatch):
     steps, run_step = [], fastpath.run_step
     monkeypatch.setattr(fastpath, "run_step", lambda step, params: steps.append(step) or run_step(step, params))
-    token = authenticate(f"Bearer {worker_token_create(name='door2', tenants=['acme'], actions=['*']).token}")
+    issued = worker_token_create(name="door2", tenants=["acme"], actions=["*"], created_by=token_issuer())
+    token = authenticate(f"Bearer {issued.token}")
     arguments = {"title": f"door-{uuid.uuid4().hex[:8]}", "body": "b"}
     policy = get_upstream("notes").tools["create_note"]
 

@@ -14,6 +14,7 @@ from console.models import TenantScope
 from gateway.calls import PIECE
 from ledger.models import Job
 from ledger.states import JobStatus
+from tests.conftest import token_issuer
 from tests.gateway.conftest import call, list_tools, text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -38,7 +39,8 @@ def rows_holding(needle: str) -> list[str]:
 
 def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the_logs(gateway, upstream, client,
                                                                                    operator):
-    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token, title(), \
+    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"],
+                                              created_by=token_issuer()).token, title(), \
         f"sk-{uuid.uuid4().hex}"
     arguments = {"title": name, "body": "with a key", "api_key": secret}
 
@@ -67,8 +69,10 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
 
 
 def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants_tools(gateway, upstream):
-    acme = worker_token_create(name="acme-agent", tenants=["acme"], actions=["*"]).token
-    globex = worker_token_create(name="globex-agent", tenants=["globex"], actions=["*"]).token
+    acme = worker_token_create(name="acme-agent", tenants=["acme"], actions=["*"],
+                               created_by=token_issuer()).token
+    globex = worker_token_create(name="globex-agent", tenants=["globex"], actions=["*"],
+                                 created_by=token_issuer()).token
     name = title()
     done = call(gateway.url, acme, "notes.create_note", {"title": name, "body": "acme's"})
     assert not done.is_error
@@ -85,7 +89,8 @@ def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants
 
 
 def test_a_token_scoped_to_some_actions_calls_only_those_tools(gateway, upstream):
-    token = worker_token_create(name="narrow", tenants=["acme"], actions=["mcp:notes.find_note"]).token
+    token = worker_token_create(name="narrow", tenants=["acme"], actions=["mcp:notes.find_note"],
+                                created_by=token_issuer()).token
 
     assert list_tools(gateway.url, token) == ["notes.find_note"]
     refused = call(gateway.url, token, "notes.create_note", {"title": title(), "body": "x"})
@@ -108,8 +113,8 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
     request = ApprovalRequest.objects.get(job=job)
     assert request.evidence["tool"] == "notes.delete_notes" and request.evidence["arguments"] == {"title": name}
 
-    with pytest.raises(ApprovalRefused, match="four eyes: tess requested this approval .through mcp:cleaner:"
-                                              "test-agent/1.0: a tool call made with a worker token tess issued"):
+    with pytest.raises(ApprovalRefused, match=r"four eyes: tess requested this approval \(through mcp:cleaner:"
+                                              r"test-agent/1.0 .*: a tool call made with a worker token tess issued"):
         approve(request_id=request.pk, user=owner, note="my own agent, fine")
     approve(request_id=request.pk, user=approver, note="checked the notes: delete them")
 
@@ -127,7 +132,8 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     from reconciliation.passes import reconcile_job
     from tests.processes import wait_for
 
-    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"]).token
+    owner = User.objects.create_user("bea", password="pw-bea")  # made the agent's token
+    token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"], created_by=owner).token
     name = title()
     arguments = {"title": name, "body": "entry", "hold": name}
     lost = call(gateway.url, token, "ledgerbook.create_note", arguments)  # approval = "replay": the first call runs
@@ -140,7 +146,14 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
 
     held = call(gateway.url, token, "ledgerbook.create_note", arguments)
     assert "awaiting approval" in text(held) and upstream.notes(name) == 0
-    approve(request_id=ApprovalRequest.objects.get(job=job).pk, user=approver, note="nothing was written: run it")
+    # The reconciler asked; the person behind the token whose agent began the attempt stands behind it.
+    request = ApprovalRequest.objects.get(job=job)
+    assert (request.requested_by, request.requested_by_actor) == (owner, "reconciler")
+    with pytest.raises(ApprovalRefused, match="four eyes: bea requested this approval .*a worker token bea issued"):
+        approve(request_id=request.pk, user=owner, note="my agent's call: run it")
+    request.refresh_from_db()
+    assert request.status == "pending" and Job.objects.get(pk=job.pk).status == JobStatus.AWAITING_APPROVAL
+    approve(request_id=request.pk, user=approver, note="nothing was written: run it")
     upstream.release(name)
     ran = call(gateway.url, token, "ledgerbook.create_note", arguments)
     assert not ran.is_error and upstream.notes(name) == 1

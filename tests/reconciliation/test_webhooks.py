@@ -264,6 +264,9 @@ def test_not_found_replays_with_the_same_key_and_an_irreversible_one_asks_for_ap
     (lambda q: (200, {"outcome": "probably"}), "unknown outcome 'probably'"),
     (lambda q: (200, {"outcome": "not_found"}), "not_found without a stated reason"),
     (lambda q: (200, {"outcome": "confirmed", "evidence": "a string"}), "evidence an object"),
+    # only the MCP gateway writes the result it answers its agent's next identical call from
+    (lambda q: (200, {"outcome": "confirmed", "reason": "seen", "evidence": {"mcp_result": {"content": []}}}),
+     "its evidence holds 'mcp_result'"),
     (lambda q: HANG, "did not answer"),
 ])
 def test_every_bad_answer_proves_nothing_and_backs_off(receiver, answer, reason):
@@ -277,6 +280,7 @@ def test_every_bad_answer_proves_nothing_and_backs_off(receiver, answer, reason)
     assert (job.status, job.check_count) == ("needs_reconciliation", 1) and job.next_check_at is not None
     assert LedgerEvent.objects.filter(job=job, kind="reconciliation_unavailable").count() == 1
     assert ReconciliationCheck.objects.get(job=job).outcome == "unavailable"
+    assert not LedgerEvent.objects.filter(job=job, evidence__has_key="mcp_result").exists()
     assert_ledger_clean()
 
 

@@ -18,7 +18,9 @@ class Command(BaseCommand):
         create.add_argument("--action", action="append", required=True, help='repeatable; "*" for all')
         by_help = ("the user doing this, recorded in the admin trail (and, for a token, as its issuer, who may "
                    "not approve a replay its answers lead to); default: the operating-system user")
-        create.add_argument("--by", metavar="USERNAME", help=by_help)
+        create.add_argument("--by", metavar="USERNAME", help=by_help + (
+            '; required (an active user) for a token that can reach an irreversible action: "*", a named '
+            "irreversible action, or one not declared here"))
         revoke = sub.add_parser("revoke", help="revoke by name or prefix")
         revoke.add_argument("token", help="the token's name or its prefix (rk_…)")
         revoke.add_argument("--by", metavar="USERNAME", help=by_help)
