@@ -185,7 +185,8 @@ def test_a_token_naming_the_tool_reaches_its_jobs_but_no_token_writes_the_gatewa
     assert status == 200 and done["status"] == "succeeded"
     # The gateway finds no result to answer the agent with: it says the call is done, and no more.
     assert calls.recorded_result(Job.objects.get(job_id="call-1")) is None
-    assert "no result recorded" in calls.answer_from_ledger(Job.objects.get(job_id="call-1")).content[0]["text"]
+    told = calls.answer_from_ledger(Job.objects.get(job_id="call-1"))
+    assert "the tool's own result was not recorded" in told.content[0]["text"] and told.meta["reckon/reconciled"]
     assert not LedgerEvent.objects.filter(evidence__has_key="mcp_result").exists()
 
 

@@ -10,6 +10,7 @@ import pytest
 from api.tokens import worker_token_create
 from ledger.models import Job, JobTombstone, LedgerEvent
 from ledger.partitions import EVENTS
+from tests.conftest import token_issuer
 from tests.gateway.conftest import call, text
 from tests.ledger.test_history_retention import (
     broken,
@@ -35,7 +36,7 @@ def retention(settings, tmp_path, transactional_db):
 @pytest.mark.parametrize("tool", ["notes.create_note", "ledgerbook.create_note"], ids=["reversible", "irreversible"])
 def test_an_archived_call_made_again_is_refused_as_archived_and_the_next_pass_runs(gateway, upstream, retention,
                                                                                    tool):
-    token, name = worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token, f"note-{uuid.uuid4().hex[:8]}"
+    token, name = worker_token_create(name="coder", tenants=["acme"], actions=["*"], created_by=token_issuer()).token, f"note-{uuid.uuid4().hex[:8]}"
     done = call(gateway.url, token, tool, {"title": name, "body": "once"})
     assert not done.is_error and upstream.notes(name) == 1
     job_id = done.meta["reckon/job"]

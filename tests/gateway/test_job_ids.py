@@ -9,6 +9,7 @@ from gateway import calls
 from gateway.config import get_upstream
 from ledger import services
 from ledger.models import Job
+from tests.conftest import token_issuer
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +21,7 @@ ID_OF_9297E58 = "mcp:notes.create_note:185d25f337bfd735d2eb8f544f6d90a865ddbbdd"
 
 @pytest.fixture
 def token():
-    return authenticate(f"Bearer {worker_token_create(name='ids', tenants=['acme'], actions=['*']).token}")
+    return authenticate(f"Bearer {worker_token_create(name='ids', tenants=['acme'], actions=['*'], created_by=token_issuer()).token}")
 
 
 @pytest.fixture(autouse=True)

@@ -20,13 +20,13 @@ from gateway.config import META_KEY, get_upstream
 from ledger.models import Job
 from ledger.services import sweep_expired_leases
 from ledger.states import Execution, JobStatus
-from tests.conftest import event_kinds, expire_lease, latest_attempt
+from tests.conftest import event_kinds, expire_lease, latest_attempt, token_issuer
 from tests.gateway.conftest import Gateway, call, text
 from tests.processes import wait_for
 
 
 def agent_token(name: str = "renewing-agent") -> str:
-    return worker_token_create(name=name, tenants=["acme"], actions=["*"]).token
+    return worker_token_create(name=name, tenants=["acme"], actions=["*"], created_by=token_issuer()).token
 
 
 def opened(arguments: dict) -> calls.Answer | calls.Go:

@@ -15,13 +15,14 @@ from django.conf import settings
 from api.tokens import worker_token_create
 from gateway.limits import RETRY_AFTER_META, CallRate
 from ledger.models import Job, LedgerEvent
+from tests.conftest import token_issuer
 from tests.gateway.conftest import Gateway, call, text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def token(name: str = "limited-agent") -> str:
-    return worker_token_create(name=name, tenants=["acme"], actions=["*"]).token
+    return worker_token_create(name=name, tenants=["acme"], actions=["*"], created_by=token_issuer()).token
 
 
 def title() -> str:

@@ -64,7 +64,7 @@ def test_an_archived_key_is_refused_as_archived_by_either_door_and_nothing_is_wr
     settings.RECKON_HISTORY_RETENTION_DAYS = 1.0
     settings.RECKON_HISTORY_RETENTION_BY_TENANT = {}
     fresh_layout()
-    token = authenticate(f"Bearer {worker_token_create(name='door3', tenants=['acme'], actions=['*']).token}")
+    token = authenticate(f"Bearer {worker_token_create(name='door3', tenants=['acme'], actions=['*'], created_by=token_issuer()).token}")
     policy, arguments = get_upstream(tool).tools["create_note"], {"title": f"door-{uuid.uuid4().hex[:8]}", "body": "b"}
     first = calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
     calls.close_call(first, {"content": [{"type": "text", "text": "created"}]})

@@ -163,7 +163,7 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
 
 def test_an_upstream_error_that_echoes_a_redacted_argument_is_scrubbed_before_anything_is_written(
         gateway, upstream, client, operator):
-    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"]).token, title(), \
+    token, name, secret = worker_token_create(name="coder", tenants=["acme"], actions=["*"], created_by=token_issuer()).token, title(), \
         f"sk-{uuid.uuid4().hex}"
     # The SDK's own validation error quotes the call's arguments, the redacted one among them.
     arguments = {"title": name, "api_key": secret}

@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import Implementation
 
+from tests.conftest import token_issuer
 from tests.gateway.conftest import Gateway, text
 from tests.processes import wait_for
 
@@ -184,7 +185,7 @@ class Agent:
 def agent(proxied_gateway):
     from api.tokens import worker_token_create
 
-    token = worker_token_create(name="outage-agent", tenants=["acme"], actions=["*"]).token
+    token = worker_token_create(name="outage-agent", tenants=["acme"], actions=["*"], created_by=token_issuer()).token
     running = Agent(proxied_gateway.url, token)
     yield running
     running.close()
