@@ -24,7 +24,8 @@ from tests.processes import ROOT, ManagedProcess, database_url_of_tests, free_po
 UPSTREAM = ROOT / "examples" / "mcp_notes_server.py"
 HELPDESK_SERVER = Path(__file__).with_name("helpdesk_server.py")  # an upstream of another shape
 
-ACTIONS = """
+# The README's notes upstream, and the helpdesk's (tests/gateway/helpdesk_server.py), as declared.
+NOTES = """
 [[mcp.upstreams]]
 name = "notes"
 tenant = "acme"
@@ -39,6 +40,24 @@ reconcile = {{ tool = "find_note", arguments = {{ title = "title" }}, found = "r
 
 [mcp.upstreams.tools.find_note]
 effect = "none"
+"""
+HELPDESK = """
+[[mcp.upstreams]]
+name = "helpdesk"
+tenant = "acme"
+url = "{url}"
+timeout = 3
+
+[mcp.upstreams.tools.open_ticket]
+effect = "reversible"
+key = "argument:ref"
+reconcile = {{ tool = "find_tickets", arguments = {{ ref = "ref" }}, found = "tickets", match = {{ ref = "ref" }} }}
+
+[mcp.upstreams.tools.find_tickets]
+effect = "none"
+"""
+
+ACTIONS = NOTES + """
 
 [mcp.upstreams.tools.delete_notes]
 effect = "irreversible"

@@ -19,26 +19,12 @@ from gateway.reconcile import Unreadable, found_items
 from ledger.models import Job
 from ledger.states import JobStatus
 from reconciliation.passes import reconcile_job
-from tests.gateway.conftest import HELPDESK_SERVER, Gateway, Helpdesk, call, text
+from tests.gateway.conftest import HELPDESK, HELPDESK_SERVER, Gateway, Helpdesk, call, text
 from tests.processes import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-ACTIONS = """
-[[mcp.upstreams]]
-name = "helpdesk"
-tenant = "acme"
-url = "{url}"
-timeout = 3
-
-[mcp.upstreams.tools.open_ticket]
-effect = "reversible"
-key = "argument:ref"
-reconcile = {{ tool = "find_tickets", arguments = {{ ref = "ref" }}, found = "tickets", match = {{ ref = "ref" }} }}
-
-[mcp.upstreams.tools.find_tickets]
-effect = "none"
-
+ACTIONS = HELPDESK + """
 [[mcp.upstreams]]
 name = "helpdesk_prose"
 tenant = "acme"

@@ -22,7 +22,7 @@ from django.contrib.auth.models import User
 from api.tokens import worker_token_create
 from ledger.models import Job
 from ledger.states import JobStatus
-from tests.gateway.conftest import HELPDESK_SERVER, Gateway, Helpdesk, call, text
+from tests.gateway.conftest import HELPDESK, HELPDESK_SERVER, Gateway, Helpdesk, call, text
 from tests.processes import ROOT, ManagedProcess, database_url_of_tests, free_port, wait_for
 from tests.reconciliation.helpers import assert_ledger_clean
 
@@ -32,21 +32,6 @@ AGENTS, REFS_EACH = 4, 12
 SEED = 40
 SETTLE_S = 240  # the bound on one reference's settling, on a busy machine
 STILL_OPEN = ("outcome unknown", "in progress")
-ACTIONS = """
-[[mcp.upstreams]]
-name = "helpdesk"
-tenant = "acme"
-url = "{url}"
-timeout = 3
-
-[mcp.upstreams.tools.open_ticket]
-effect = "reversible"
-key = "argument:ref"
-reconcile = {{ tool = "find_tickets", arguments = {{ ref = "ref" }}, found = "tickets", match = {{ ref = "ref" }} }}
-
-[mcp.upstreams.tools.find_tickets]
-effect = "none"
-"""
 
 
 class Storm:
@@ -82,7 +67,7 @@ def test_a_storm_of_kills_and_hangs_confirms_nothing_that_did_not_happen_and_rep
                          "--port", str(port)], db, f"http://127.0.0.1:{port}/mcp")
     helpdesk.start()
     actions_file = tmp_path / "actions.toml"
-    actions_file.write_text(ACTIONS.format(url=helpdesk.url))
+    actions_file.write_text(HELPDESK.format(url=helpdesk.url))
     env = {"DATABASE_URL": database_url_of_tests(), "RECKON_ACTIONS_FILE": str(actions_file),
            "RECKON_SWEEP_INTERVAL": "0.5", "RECKON_RECONCILE_INTERVAL": "0.5", "RECKON_RECONCILE_BACKOFF_BASE": "0.5"}
     loops = [ManagedProcess([sys.executable, str(ROOT / "manage.py"), *argv], env=env, log_name=name).start()

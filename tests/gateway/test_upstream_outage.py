@@ -23,7 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import Implementation
 
 from tests.conftest import token_issuer
-from tests.gateway.conftest import Gateway, text
+from tests.gateway.conftest import NOTES, Gateway, text
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -31,22 +31,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 # Calls timed in each phase; RECKON_OUTAGE_CALLS=300 for the figures in the README's gateway section.
 CALLS = int(os.environ.get("RECKON_OUTAGE_CALLS", "10"))
 
-ACTIONS = """
-[[mcp.upstreams]]
-name = "notes"
-tenant = "acme"
-url = "{url}"
-timeout = 5
-
-[mcp.upstreams.tools.create_note]
-effect = "reversible"
-timeout = 2
-redact = ["api_key"]
-reconcile = {{ tool = "find_note", arguments = {{ title = "title" }}, found = "result", match = {{ title = "title" }} }}
-
-[mcp.upstreams.tools.find_note]
-effect = "none"
-"""
+ACTIONS = NOTES
 
 
 class CountingProxy:
