@@ -116,31 +116,38 @@ class Declaration:
     group: str
     internal: bool = False  # for the tests and the harnesses: listed apart, left out of .env.example
     example: str | None = None  # a value worth showing in .env.example instead of the default
+    secret: bool = False  # Reckon's own secret: never handed to an upstream (gateway/config.py refuses it)
 
 
 DECLARED: dict[str, Declaration] = {}
 
 
 def declare(name: str, default: Any, help: str, *, group: str, internal: bool = False,
-            example: str | None = None, shown_default: str | None = None) -> None:
+            example: str | None = None, shown_default: str | None = None, secret: bool = False) -> None:
     """Record a variable read elsewhere (or read here by `setting`). The same declaration again is
     fine (Django imports the settings a second time after a failed first import); a different one
     is a mistake."""
     declaration = Declaration(name, shown_default if shown_default is not None else _show(default), help, group,
-                              internal, example)
+                              internal, example, secret)
     if DECLARED.setdefault(name, declaration) != declaration:
         raise ValueError(f"{name} is declared twice, differently")
 
 
 def setting(name: str, default: Any, parse: Parser, help: str, *, group: str, internal: bool = False,
-            example: str | None = None, shown_default: str | None = None) -> Any:
+            example: str | None = None, shown_default: str | None = None, secret: bool = False) -> Any:
     """Declare `name` and return its value from the environment, parsed, or `default` when unset
     or empty (an empty value means "not set", as an empty line in .env would)."""
-    declare(name, default, help, group=group, internal=internal, example=example, shown_default=shown_default)
+    declare(name, default, help, group=group, internal=internal, example=example, shown_default=shown_default,
+            secret=secret)
     raw = os.environ.get(name, "")
     if raw == "":
         return default() if callable(default) else default
     return parse(name, raw)
+
+
+def secret_names() -> frozenset[str]:
+    """The variables declared as Reckon's own secrets."""
+    return frozenset(declaration.name for declaration in DECLARED.values() if declaration.secret)
 
 
 def _show(default: Any) -> str:

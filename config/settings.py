@@ -28,6 +28,7 @@ from config.env import (
     Url,
     declare,
     load_dotenv,
+    secret_names,
     setting,
 )
 from config.paths import CODE_DIR, PROJECT_DIR
@@ -95,7 +96,7 @@ def secret_key_problem(key: str) -> str | None:
 
 # Off unless asked for: `make run` and the tests turn it on; a deployment never has to remember to.
 DEBUG = setting("RECKON_DEBUG", False, Bool, "Development mode: debug pages, the development secret key, the embedded database and the demo. Off unless asked for; `make run` and the tests set it. Never in production.", group=CORE)
-SECRET_KEY = setting("RECKON_SECRET_KEY", "", Str, "Signs sessions and CSRF tokens, and keys the encryption of break-glass TOTP secrets. Required with debug off: at least 50 random characters (`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); published placeholders are refused.", group=CORE, example="change-me")
+SECRET_KEY = setting("RECKON_SECRET_KEY", "", Str, "Signs sessions and CSRF tokens, and keys the encryption of break-glass TOTP secrets. Required with debug off: at least 50 random characters (`python -c 'import secrets; print(secrets.token_urlsafe(50))'`); published placeholders are refused.", group=CORE, example="change-me", secret=True)
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
 elif problem := secret_key_problem(SECRET_KEY):
@@ -105,7 +106,7 @@ elif problem := secret_key_problem(SECRET_KEY):
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`. (For local development, set "
         "RECKON_DEBUG=true instead.)"
     )
-SECRET_KEY_FALLBACKS = setting("RECKON_SECRET_KEY_FALLBACKS", [], List, "Comma-separated earlier secret keys, kept while RECKON_SECRET_KEY is rotated: sessions signed and TOTP secrets encrypted with them are still read, and the MCP gateway finds the calls whose job ids were keyed under them (keep a key here as long as the ledger or its archives hold such calls, or their next identical call runs again).", group=CORE)
+SECRET_KEY_FALLBACKS = setting("RECKON_SECRET_KEY_FALLBACKS", [], List, "Comma-separated earlier secret keys, kept while RECKON_SECRET_KEY is rotated: sessions signed and TOTP secrets encrypted with them are still read, and the MCP gateway finds the calls whose job ids were keyed under them (keep a key here as long as the ledger or its archives hold such calls, or their next identical call runs again).", group=CORE, secret=True)
 ALLOWED_HOSTS = setting("RECKON_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], List, "Comma-separated host names the web server answers to. Set it to your public host name in production.", group=CORE, example="reckon.example.com")
 
 INSTALLED_APPS = [
@@ -186,7 +187,7 @@ TEMPLATES = [
 
 _DATABASE_URL = setting("DATABASE_URL", "", Str, "The PostgreSQL database, `postgresql://user:pass@host:5432/reckon`. "
                         "Unset: the embedded cluster in .pgdata/ (debug only). Required in production.", group=DATABASE,
-                        example="postgresql://reckon:secret@db.internal:5432/reckon")
+                        example="postgresql://reckon:secret@db.internal:5432/reckon", secret=True)
 _EMBEDDED_DB = setting("RECKON_EMBEDDED_DB", False, Bool, "Allow the embedded PostgreSQL with debug off (a single-host "
                        "trial; production sets DATABASE_URL).", group=DATABASE)
 if _DATABASE_URL:
@@ -285,7 +286,7 @@ _ACTIONS_FILE = setting("RECKON_ACTIONS_FILE", "", Str, "Your declared actions (
                         shown_default="actions.toml", example="actions.toml")
 RECKON_ACTIONS_FILE_REQUIRED = bool(_ACTIONS_FILE)
 RECKON_ACTIONS_FILE = Path(_ACTIONS_FILE or PROJECT_DIR / "actions.toml")
-RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler may be asked over plain http:// (signed, not encrypted: the job's payload travels in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url stops start-up.", group=ACTIONS, example="reconciler.internal")
+RECKON_WEBHOOK_HTTP_HOSTS = setting("RECKON_WEBHOOK_HTTP_HOSTS", [], List, "Comma-separated hosts a webhook reconciler or an MCP upstream may be asked over plain http:// (not encrypted: the job's payload and the upstream's headers travel in clear). Loopback (127.0.0.0/8, ::1, localhost) needs no entry; any other http:// webhook_url or upstream url stops start-up.", group=ACTIONS, example="reconciler.internal")
 # The MCP gateway (gateway/): `make run` starts `mcp_gateway` on this URL's host and port.
 RECKON_MCP_GATEWAY_URL = setting("RECKON_MCP_GATEWAY_URL", "http://127.0.0.1:8300/mcp", Url, "Where `make run` serves the MCP gateway (agents' tool calls to the MCP upstreams the actions file declares).", group=ACTIONS)
 # A journaled call's lease is short and renewed while the upstream runs the call, whatever the
@@ -412,7 +413,7 @@ AXES_LOCKOUT_CALLABLE = "console.hardening.locked_out"
 AXES_RESET_ON_SUCCESS = True
 # /metrics: with RECKON_DEBUG=false it needs this bearer token *and* an allowed client address
 # (without a token it answers 403 saying so); in debug, either one opens it.
-RECKON_METRICS_TOKEN = setting("RECKON_METRICS_TOKEN", "", Str, "Bearer token for /metrics; required with debug off (without it /metrics answers 403).", group=SECURITY, example="long-random-string")
+RECKON_METRICS_TOKEN = setting("RECKON_METRICS_TOKEN", "", Str, "Bearer token for /metrics; required with debug off (without it /metrics answers 403).", group=SECURITY, example="long-random-string", secret=True)
 RECKON_METRICS_ALLOW = setting("RECKON_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"], Networks, "Client addresses or networks that may read /metrics.", group=SECURITY, shown_default="127.0.0.1,::1")
 # -- Sign-in through identity providers (sso/, README "Sign in with your identity provider") -------
 # Unset: no provider, password sign-in as before. Each provider is `id=issuer URL` (discovery at
@@ -420,7 +421,7 @@ RECKON_METRICS_ALLOW = setting("RECKON_METRICS_ALLOW", ["127.0.0.1/32", "::1/128
 RECKON_OIDC_PROVIDERS = setting("RECKON_OIDC_PROVIDERS", {}, Pairs, "Identity providers (OpenID Connect), `id=issuer URL` separated by commas. Unset: password sign-in only.", group=SIGN_IN, example="keycloak=https://sso.example.com/realms/acme")
 RECKON_OIDC_NAMES = setting("RECKON_OIDC_NAMES", {}, Pairs, "The name the sign-in page shows for each provider, `id=name` (default: the id).", group=SIGN_IN, example="keycloak=Acme SSO")
 RECKON_OIDC_CLIENT_IDS = setting("RECKON_OIDC_CLIENT_IDS", {}, Pairs, "Reckon's client id at each provider, `id=client id`.", group=SIGN_IN, example="keycloak=reckon")
-RECKON_OIDC_CLIENT_SECRETS = setting("RECKON_OIDC_CLIENT_SECRETS", {}, Pairs, "Reckon's client secret at each provider, `id=secret`.", group=SIGN_IN, example="keycloak=change-me")
+RECKON_OIDC_CLIENT_SECRETS = setting("RECKON_OIDC_CLIENT_SECRETS", {}, Pairs, "Reckon's client secret at each provider, `id=secret`.", group=SIGN_IN, example="keycloak=change-me", secret=True)
 RECKON_OIDC_SCOPES = setting("RECKON_OIDC_SCOPES", ["openid", "profile", "email"], List, "Scopes asked of every provider; add the one that releases the groups claim if your provider needs it (e.g. groups).", group=SIGN_IN)
 RECKON_OIDC_GROUPS_CLAIM = setting("RECKON_OIDC_GROUPS_CLAIM", "groups", Str, "The claim (in the ID token or userinfo) that lists the person's groups at the provider.", group=SIGN_IN)
 RECKON_OIDC_GROUP_ROLES = setting("RECKON_OIDC_GROUP_ROLES", {}, Sets, "Provider group to Reckon roles, `group=role|role` separated by commas (roles: operators, approvers, auditors). Applied at every sign-in: a role no mapped group gives is taken away.", group=SIGN_IN, example="reckon-operators=operators,reckon-approvers=approvers,reckon-auditors=auditors")
@@ -549,3 +550,6 @@ declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, name
         "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,
         internal=True)
+# Reckon's own secrets (the declarations marked secret): the actions file may not hand them to an
+# MCP upstream's headers or env (gateway/config.py).
+RECKON_OWN_SECRETS = secret_names()

@@ -3,8 +3,11 @@
     [[mcp.upstreams]]
     name = "notes"                                  # tools are called as "notes.<tool>"
     tenant = "acme"                                 # the tenant whose jobs these calls are
-    url = "http://127.0.0.1:9100/mcp"               # Streamable HTTP; or command = ["python", "server.py"]
+    url = "http://127.0.0.1:9100/mcp"               # Streamable HTTP (http:// only as a webhook may: loopback
+                                                    # or RECKON_WEBHOOK_HTTP_HOSTS); or command = ["python", "server.py"]
     headers = { Authorization = "NOTES_AUTHORIZATION" }  # header -> environment variable holding it
+                                                    # (never one of Reckon's own secrets; required where
+                                                    # upstreams are called: the gateway, the reconciler)
     timeout = 10                                    # seconds, for every tool without its own
 
     [mcp.upstreams.tools.create_note]
@@ -39,7 +42,7 @@ import jmespath
 from django.conf import settings
 
 from ledger.actions import Action, declared_action, register
-from ledger.declarations import DeclarationError, parse_action
+from ledger.declarations import DeclarationError, parse_action, plain_http_problem
 
 EFFECTS = ("none", "reversible", "irreversible")
 APPROVALS = ("first_call", "replay")
@@ -107,11 +110,36 @@ class Upstream:
     tools: dict[str, ToolPolicy] = field(default_factory=dict)
     source: str = ""
 
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The environment variables its headers and env are read from."""
+        return tuple(dict.fromkeys([*self.headers.values(), *self.env.values()]))
+
+    def missing_variables(self) -> list[str]:
+        """What a process that connects to it lacks: one line per variable not set, naming the file."""
+        return [f"{self.source}: MCP upstream {self.name!r}: the environment variable {variable} is not set "
+                f"(its headers or env are read from it)" for variable in self.variables if not os.environ.get(variable)]
+
     def header_values(self) -> dict[str, str]:
-        return {header: os.environ.get(variable, "") for header, variable in self.headers.items()}
+        return {header: _value_of(self, variable) for header, variable in self.headers.items()}
 
     def env_values(self) -> dict[str, str]:
-        return {name: os.environ.get(variable, "") for name, variable in self.env.items()}
+        return {name: _value_of(self, variable) for name, variable in self.env.items()}
+
+
+def _value_of(upstream: Upstream, variable: str) -> str:
+    """A variable's value; never an empty header or env in its place (the processes that connect
+    refuse to start without it, so this is only met when it was unset since)."""
+    value = os.environ.get(variable, "")
+    if not value:
+        raise DeclarationError(f"{upstream.source}: MCP upstream {upstream.name!r}: the environment variable "
+                               f"{variable} is not set")
+    return value
+
+
+def missing_variables() -> list[str]:
+    """What this process lacks to connect to every declared upstream (the gateway refuses to start)."""
+    return [problem for upstream in _upstreams.values() for problem in upstream.missing_variables()]
 
 
 _upstreams: dict[str, Upstream] = {}
@@ -153,7 +181,7 @@ def load_upstreams(path: Path | str) -> list[Upstream]:
             already = declared_action(policy.action)
             if already is not None and "(MCP upstream" not in already.source:
                 raise DeclarationError(f"{path}: action {policy.action} is declared twice (also in {already.source})")
-            register(_action_of(policy, table["tools"][name], source=str(path)))
+            register(_action_of(policy, table["tools"][name], source=str(path), upstream=upstream))
     return loaded
 
 
@@ -178,6 +206,8 @@ def parse_upstream(table, *, source: str) -> Upstream:
         raise refuse("give either url (Streamable HTTP) or command (stdio), not both")
     if url and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
         raise refuse(f"url must be an http(s) URL, got {url!r}")
+    if url and (problem := plain_http_problem("url", url, carrying="its calls (arguments, headers and answers)")):
+        raise refuse(problem)
     if command and not (isinstance(command, list) and all(isinstance(part, str) and part for part in command)):
         raise refuse("command must be a list of strings: the program and its arguments")
     headers, env = table.get("headers", {}), table.get("env", {})
@@ -185,6 +215,10 @@ def parse_upstream(table, *, source: str) -> Upstream:
         if not isinstance(mapping, dict) or not all(isinstance(v, str) and v for v in mapping.values()):
             raise refuse(f"{key} maps each name to the environment variable holding its value "
                          "(values are never written in the file)")
+        own = sorted(set(mapping.values()) & settings.RECKON_OWN_SECRETS)
+        if own:
+            raise refuse(f"{key} names {', '.join(own)}: Reckon's own secret(s), never handed to an upstream; "
+                         "give the upstream a variable of its own")
     timeout = table.get("timeout", 10)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
         raise refuse("timeout must be more than 0 and at most 600 seconds")
@@ -269,7 +303,7 @@ def _parse_lookup(spec: dict, redact: list[str], problem) -> Lookup:
                   match=dict(rule.get("match", {})))
 
 
-def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:
+def _action_of(policy: ToolPolicy, spec: dict, *, source: str, upstream: Upstream) -> Action:
     """The ledger action of a side-effecting tool, checked by the ledger's own declaration parser."""
     declaration = {key: spec[key] for key in PASSED_ON if key in spec}
     if policy.lookup is not None:
@@ -291,4 +325,6 @@ def _action_of(policy: ToolPolicy, spec: dict, *, source: str) -> Action:
     # An upstream that ignores the cancel may still be running a call the gateway gave up on: the
     # reconciler's first look waits the tool's timeout after the call became unknown.
     return Action(**{**action.__dict__, "source": f"{source} (MCP upstream {policy.upstream})",
-                     "first_look_after": timedelta(seconds=policy.timeout)})
+                     "first_look_after": timedelta(seconds=policy.timeout),
+                     # A look-up calls the upstream from the reconciler's process, with its headers.
+                     "reconciler_variables": upstream.variables if policy.lookup is not None else ()})

@@ -118,6 +118,9 @@ class Action:
     # may still be carrying out a call the worker gave up on (an MCP upstream that ignores the
     # cancel runs the tool to its end), and a look before it ends could find nothing and replay it.
     first_look_after: timedelta = timedelta(0)
+    # The environment variables its reconciler reads where it runs (an MCP upstream's headers and
+    # env, for a look-up through the upstream): `reconcile` refuses to start without them.
+    reconciler_variables: tuple[str, ...] = ()
     # Where the action was declared (the actions file, or a module), for `manage.py actions`.
     source: str = ""
 

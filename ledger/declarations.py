@@ -209,10 +209,8 @@ def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
         parts = None
     if parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
         raise refuse("a webhook reconciler needs webhook_url, an http(s) URL")
-    if parts.scheme == "http" and not _plain_http_allowed(parts.hostname):
-        raise refuse(f"webhook_url {url} is plain http to {parts.hostname}, which is not loopback: the question "
-                     f"(with the job's payload) would travel in clear. Use https, or name the host in "
-                     f"RECKON_WEBHOOK_HTTP_HOSTS if its network is private")
+    if problem := plain_http_problem("webhook_url", url, carrying="the question (with the job's payload)"):
+        raise refuse(problem)
     names = table.get("webhook_secrets", [])
     if not names or len(names) > 2 or not all(isinstance(name, str) and name for name in names):
         raise refuse("a webhook reconciler needs webhook_secrets: the names of one or two environment variables "
@@ -225,6 +223,16 @@ def _webhook(table: dict, refuse: Callable[[str], Exception]) -> Webhook:
     if not 0 < timeout <= 30:
         raise refuse("webhook_timeout must be more than 0 and at most 30 seconds")
     return Webhook(url=url, secret_variables=tuple(names), timeout=float(timeout))
+
+
+def plain_http_problem(key: str, url: str, *, carrying: str) -> str | None:
+    """Why `url` may not be used, when it is plain http to a host that is neither loopback nor
+    named in RECKON_WEBHOOK_HTTP_HOSTS: one rule for webhooks and MCP upstreams alike."""
+    host = urlsplit(url).hostname or ""
+    if urlsplit(url).scheme != "http" or _plain_http_allowed(host):
+        return None
+    return (f"{key} {url} is plain http to {host}, which is not loopback: {carrying} would travel in clear. "
+            f"Use https, or name the host in RECKON_WEBHOOK_HTTP_HOSTS if its network is private")
 
 
 def _plain_http_allowed(host: str) -> bool:
@@ -245,6 +253,15 @@ def webhook_secret_problems() -> list[str]:
             f"{WEBHOOK_SECRET_MIN_LENGTH} characters)"
             for action in registered_actions() if isinstance(action.reconciler, Webhook)
             for name in action.reconciler.missing_secrets()]
+
+
+def reconciler_problems() -> list[str]:
+    """What a process that reconciles lacks: the webhook secrets it signs with, and the variables
+    the reconcilers it runs read (an MCP upstream's headers and env), one line each."""
+    return webhook_secret_problems() + [
+        f"{action.source}: action {action.name!r}: its reconciler needs the environment variable {name}, "
+        f"which is not set" for action in registered_actions() for name in action.reconciler_variables
+        if not os.environ.get(name)]
 
 
 def _expanded(key: str, value, refuse: Callable[[str], Exception]):

@@ -135,3 +135,89 @@ def test_an_irreversible_tools_first_call_is_held_unrun_and_the_queue_says_so(tm
     assert (attempt.execution_state, attempt.side_effect_state) == (Execution.FAILED, SideEffect.NOT_ATTEMPTED)
     why = triage(job, attempt, None)
     assert "first call of this irreversible MCP tool" in why.reason and not why.sent
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"headers": {"Authorization": "RECKON_SECRET_KEY"}}, "headers names RECKON_SECRET_KEY: Reckon's own secret"),
+    ({"headers": {"X-Old": "RECKON_SECRET_KEY_FALLBACKS"}}, "headers names RECKON_SECRET_KEY_FALLBACKS"),
+    ({"url": "", "command": ["python", "crm.py"], "env": {"DB": "DATABASE_URL"}}, "env names DATABASE_URL"),
+    ({"headers": {"Authorization": "RECKON_METRICS_TOKEN"}}, "headers names RECKON_METRICS_TOKEN"),
+    ({"url": "http://crm.example.com/mcp"}, "url http://crm.example.com/mcp is plain http to crm.example.com, "
+                                            "which is not loopback"),
+])
+def test_an_upstream_is_never_handed_reckons_secrets_nor_called_in_clear_off_the_host(change, message):
+    table = {**upstream(write={"effect": "none"}), **change}
+    with pytest.raises(DeclarationError, match="^actions.toml: MCP upstream 'crm'") as refused:
+        parse_upstream(table, source="actions.toml")
+    assert message in str(refused.value)
+
+
+def test_the_secrets_refused_are_the_ones_the_settings_declare_secret():
+    from config.env import DECLARED
+
+    assert {"RECKON_SECRET_KEY", "RECKON_SECRET_KEY_FALLBACKS", "DATABASE_URL"} <= settings.RECKON_OWN_SECRETS
+    assert settings.RECKON_OWN_SECRETS == {name for name, declared in DECLARED.items() if declared.secret}
+
+
+def test_plain_http_follows_the_webhooks_rule(settings):
+    for url in ("http://127.0.0.1:9/mcp", "http://localhost:9/mcp", "http://[::1]:9/mcp", "https://crm.example.com"):
+        assert parse_upstream({**upstream(write={"effect": "none"}), "url": url}, source="actions.toml").url == url
+    settings.RECKON_WEBHOOK_HTTP_HOSTS = ["crm.internal"]
+    assert parse_upstream({**upstream(write={"effect": "none"}), "url": "http://crm.internal/mcp"},
+                          source="actions.toml")
+
+
+def test_a_file_handing_a_secret_to_an_upstream_is_refused_naming_it_and_registers_nothing(tmp_path, monkeypatch):
+    from gateway import config
+
+    monkeypatch.setattr(config, "_upstreams", dict(config._upstreams))
+    path = tmp_path / "actions.toml"
+    path.write_text('[[mcp.upstreams]]\nname = "leaky"\ntenant = "acme"\nurl = "https://crm.example.com/mcp"\n'
+                    'headers = { Authorization = "DATABASE_URL" }\n[mcp.upstreams.tools.send]\neffect = "reversible"\n')
+    with pytest.raises(DeclarationError, match=f"^{path}: MCP upstream 'leaky': headers names DATABASE_URL"):
+        load_upstreams(path)
+    assert config.get_upstream("leaky") is None and policy_for_action("mcp:leaky.send") is None
+
+
+def _with_headers(tmp_path, monkeypatch, name):
+    from gateway import config
+    from ledger import actions
+
+    # Registered here only: a later test's `reconcile` must not meet this upstream's unset variable.
+    monkeypatch.setattr(config, "_upstreams", dict(config._upstreams))
+    monkeypatch.setattr(actions, "_registry", dict(actions._registry))
+    monkeypatch.delenv("CRM_TOKEN_UNSET", raising=False)
+    path = tmp_path / "actions.toml"
+    path.write_text(f'[[mcp.upstreams]]\nname = "{name}"\ntenant = "acme"\nurl = "http://127.0.0.1:9/mcp"\n'
+                    'headers = { Authorization = "CRM_TOKEN_UNSET" }\n'
+                    f'[mcp.upstreams.tools.send]\neffect = "reversible"\n'
+                    'reconcile = { tool = "find", arguments = { ref = "ref" }, found = "items" }\n'
+                    '[mcp.upstreams.tools.find]\neffect = "none"\n')
+    [loaded] = load_upstreams(path)
+    return path, loaded
+
+
+def test_an_unset_header_variable_is_never_sent_empty(tmp_path, monkeypatch):
+    path, loaded = _with_headers(tmp_path, monkeypatch, "unset_header")
+
+    with pytest.raises(DeclarationError, match="variable CRM_TOKEN_UNSET is not set"):
+        loaded.header_values()
+    monkeypatch.setenv("CRM_TOKEN_UNSET", "Bearer t0")
+    assert loaded.header_values() == {"Authorization": "Bearer t0"}
+
+
+def test_the_gateway_and_the_reconciler_refuse_to_start_without_an_upstreams_variable(tmp_path, monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    path, _ = _with_headers(tmp_path, monkeypatch, "unset_start")
+
+    with pytest.raises(CommandError, match=f"{path}: MCP upstream 'unset_start': the environment variable "
+                                           "CRM_TOKEN_UNSET is not set"):
+        call_command("mcp_gateway", "--port", "9")
+    with pytest.raises(CommandError, match="action 'mcp:unset_start.send': its reconciler needs the environment "
+                                           "variable CRM_TOKEN_UNSET"):
+        call_command("reconcile", "--once")
+    monkeypatch.setenv("CRM_TOKEN_UNSET", "Bearer t0")
+    from ledger.declarations import reconciler_problems
+
+    assert not any("CRM_TOKEN_UNSET" in problem for problem in reconciler_problems())

@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -15,7 +15,11 @@ class Command(BaseCommand):
     def handle(self, *args, host: str, port: int, allowed_hosts: list[str], **options):
         import uvicorn
 
+        from gateway.config import missing_variables
         from gateway.server import build_app
+
+        if problems := missing_variables():  # never an empty header or env sent in a secret's place
+            raise CommandError("\n".join(problems))
 
         allowed = allowed_hosts or sorted({f"{host}:*", "127.0.0.1:*", "localhost:*"})
         self.stdout.write(f"MCP gateway on http://{host}:{port}/mcp", ending="\n")

@@ -27,6 +27,8 @@ class Command(BaseCommand):
         if policy is None or policy.lookup is None:
             raise CommandError(f"{tool} is not a declared tool with a look-up rule (reconcile = {{ tool, arguments, "
                                "found, match }}) in the actions file (RECKON_ACTIONS_FILE)")
+        if problems := upstream.missing_variables():
+            raise CommandError("\n".join(problems))
         if job:
             found = Job.objects.filter(job_id=job, action=policy.action).first()
             if found is None:

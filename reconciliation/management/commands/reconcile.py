@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from ledger.declarations import webhook_secret_problems
+from ledger.declarations import reconciler_problems
 from reconciliation.passes import reconcile_until_idle
 
 
@@ -23,7 +23,8 @@ class Command(BaseCommand):
     def handle(self, *args, once, loop, interval, limit, **options):
         if limit < 1:
             raise CommandError("--limit must be at least 1")
-        if problems := webhook_secret_problems():  # this process signs every webhook question it asks
+        # This process signs every webhook question it asks and calls the MCP upstreams it looks up.
+        if problems := reconciler_problems():
             raise CommandError("\n".join(problems))
         if loop:
             self.stdout.write(f"reconciling unknown work every {interval} s")
