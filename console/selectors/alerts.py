@@ -52,4 +52,5 @@ def firing_titles() -> list[str]:
 
 
 def alert_history() -> list[AlertEvent]:
+    """Every tenant's: the evaluation's notes count by tenant (for readers of every tenant only)."""
     return list(AlertEvent.objects.order_by("-at", "-id")[:HISTORY_SHOWN])

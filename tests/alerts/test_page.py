@@ -164,3 +164,22 @@ def test_the_alerts_parts_of_unknown_work_are_the_queues_tabs():
     assert {tab: set(statuses) for _, tab, statuses in UNKNOWN_PARTS} == {
         tab: set(statuses) for tab, (_, statuses) in TABS.items() if set(statuses) <= set(UNKNOWN_WORK)}
     assert sorted(s for _, _, statuses in UNKNOWN_PARTS for s in statuses) == sorted(UNKNOWN_WORK)
+
+
+def test_a_reader_of_another_tenant_reads_neither_the_historys_counts_nor_its_notes(
+        channels, settings, client, operator, auditor):
+    settings.RECKON_ALERT_UNKNOWN_AGE_S = 0
+    for job_id in ("inv-a1", "inv-a2", "inv-a3"):
+        make_unknown_job(job_id, tenant="acme")
+    evaluate_alerts()
+    client.force_login(with_tenants(operator))
+    client.post("/alerts/unknown_too_old/act/", {"action": "acknowledge", "note": "acme's billing key expired"})
+    assert "(acme 3)" in AlertEvent.objects.get(kind="fired").note
+
+    reader = Client()
+    reader.force_login(with_tenants(auditor, "globex"))
+    page = reader.get("/alerts/").content.decode()
+    assert "acme 3" not in page and "acme's billing key expired" not in page and "data-alert-history>" not in page
+    assert "only readers of every tenant see it" in page
+    whole = client.get("/alerts/").content.decode()  # a reader of every tenant reads it all
+    assert "acme 3" in whole and "acme&#x27;s billing key expired" in whole
