@@ -348,6 +348,7 @@ def _write_archive(cursor, partition: Partition, path: Path, anchors: dict, goin
                    "first_event_id": first["id"] if first else None, "last_event_id": last["id"] if last else None,
                    "first_hash": first["hash"] if first else "", "last_hash": last["hash"] if last else "",
                    "carried": carried_here, "lines_sha256": digest.hexdigest()}
+        trailer["seal"] = archive.seal(trailer)  # a file alone cannot be altered and re-sealed
         stream.write(archive.line(trailer))
     with open(partial, "rb") as done:
         os.fsync(done.fileno())
@@ -364,9 +365,9 @@ def _write_archive(cursor, partition: Partition, path: Path, anchors: dict, goin
     return {**trailer, "carried_all": dict(sorted(carried_all.items(), key=lambda item: int(item[0])))}
 
 
-def verify_against_checkpoints(path, *, file_only: bool = False) -> archive.Verified:
+def verify_against_checkpoints(path, *, file_only: bool = False, keep_jobs: bool = False) -> archive.Verified:
     """archive.verify, then the file compared with its checkpoint and the one before it."""
-    verified = archive.verify(path)
+    verified = archive.verify(path, keep_jobs=keep_jobs)
     if file_only:
         return verified
     header, trailer = verified.header, verified.trailer
@@ -374,7 +375,12 @@ def verify_against_checkpoints(path, *, file_only: bool = False) -> archive.Veri
     if checkpoint is None:
         raise archive.ArchiveInvalid(f"no checkpoint records {header['partition']}: this file never left the "
                                      "database (a pass that stopped before its commit writes it again)")
-    recorded = {"events": checkpoint.events, "first_event_id": checkpoint.first_event_id,
+    period = (archive._time(header["range_start"]), archive._time(header["range_end"]))
+    if period != (checkpoint.range_start, checkpoint.range_end):
+        raise archive.ArchiveInvalid(f"the file covers {header['range_start']} .. {header['range_end']}, the "
+                                     f"checkpoint of {checkpoint.partition} {checkpoint.range_start.isoformat()} .. "
+                                     f"{checkpoint.range_end.isoformat()}")
+    recorded = {"events": checkpoint.events, "jobs": checkpoint.jobs, "first_event_id": checkpoint.first_event_id,
                 "last_event_id": checkpoint.last_event_id, "first_hash": checkpoint.first_hash,
                 "last_hash": checkpoint.last_hash}
     for name, value in recorded.items():
@@ -394,6 +400,7 @@ def verify_against_checkpoints(path, *, file_only: bool = False) -> archive.Veri
     if actual != checkpoint.archive_sha256:
         raise archive.ArchiveInvalid(f"the file's sha256 is {actual}, the checkpoint recorded "
                                      f"{checkpoint.archive_sha256}: not the file that was archived")
+    verified.against_checkpoint = True
     return verified
 
 
@@ -402,16 +409,19 @@ READ_ONLY = f"""CREATE OR REPLACE FUNCTION {RESTORED_SCHEMA}.read_only() RETURNS
     BEGIN RAISE EXCEPTION 'restored history is read-only (%)', TG_TABLE_NAME; END $$"""
 
 
-def restore_archive(path, *, drop: bool = False) -> tuple[str, int]:
-    """Load a verified archive into read-only tables beside the ledger: (table, events)."""
-    verified = archive.verify(path, keep_jobs=True)
-    if not re.fullmatch(r"ledger_ledgerevent_[a-z0-9_]{1,40}", verified.header["partition"]):
-        raise archive.ArchiveInvalid(f"the partition name {verified.header['partition']!r} is not one Reckon makes")
-    table = f"{RESTORED_SCHEMA}.{verified.header['partition']}"
+def restore_archive(path, *, drop: bool = False, file_only: bool = False) -> tuple[str, int, str]:
+    """Load a verified archive into read-only tables beside the ledger: (table, events, status).
+    Verified against its checkpoint unless `file_only`; the tables' comment says which."""
+    # Dropping what was restored needs only the file's name for it; restoring, the whole check.
+    verified = None if drop else verify_against_checkpoints(path, file_only=file_only, keep_jobs=True)
+    header = verified.header if verified else next(archive.read(path))[1]
+    if not re.fullmatch(r"ledger_ledgerevent_[a-z0-9_]{1,40}", str(header.get("partition"))):
+        raise archive.ArchiveInvalid(f"the partition name {header.get('partition')!r} is not one Reckon makes")
+    table = f"{RESTORED_SCHEMA}.{header['partition']}"
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {table}, {table}_jobs")
-        if drop:
-            return table, 0
+        if verified is None:
+            return table, 0, "dropped"
         cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {RESTORED_SCHEMA}")
         cursor.execute(READ_ONLY)
         cursor.execute(f"CREATE TABLE {table} (LIKE {EVENTS} INCLUDING DEFAULTS)")
@@ -429,8 +439,9 @@ def restore_archive(path, *, drop: bool = False) -> tuple[str, int]:
         cursor.executemany(f"INSERT INTO {table}_jobs VALUES (%s, %s::jsonb)",  # nosec B608  # as above
                            [(job["row"]["job_id"], archive.json.dumps(job, default=str)) for job in verified.jobs])
         for name in (table, f"{table}_jobs"):
+            cursor.execute(f"COMMENT ON TABLE {name} IS %s", [f"restored from {path}: {verified.status}"])
             cursor.execute(f"CREATE TRIGGER read_only BEFORE INSERT OR UPDATE OR DELETE ON {name} "
                            f"FOR EACH ROW EXECUTE FUNCTION {RESTORED_SCHEMA}.read_only()")
             cursor.execute(f"CREATE TRIGGER read_only_truncate BEFORE TRUNCATE ON {name} "
                            f"FOR EACH STATEMENT EXECUTE FUNCTION {RESTORED_SCHEMA}.read_only()")
-    return table, len(rows)
+    return table, len(rows), verified.status

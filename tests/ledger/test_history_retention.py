@@ -16,6 +16,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
@@ -495,3 +496,205 @@ def test_the_work_share_is_a_fraction():
     for wrong in ("0", "1.5", "-1", "half"):
         with pytest.raises(ValueError, match="RECKON_HISTORY_ARCHIVE_WORK_SHARE"):
             Share("RECKON_HISTORY_ARCHIVE_WORK_SHARE", wrong)
+
+
+# Issue 42, finding 5: what the review forged. A forger holds the file, not the secret key: each
+# forgery is "repaired" as well as a file alone allows (event hashes and chains recomputed, the
+# trailer's figures and lines_sha256 too) and re-sealed under a key of the forger's own.
+FORGER_KEY = "a-forgers-own-key-not-the-deployments-0123456789abcdef"
+
+
+def _forge(path: Path, change, *, key: str | None = FORGER_KEY) -> None:
+    """Apply `change` to the records, then repair all a file alone lets a forger repair."""
+    from decimal import Decimal
+
+    from ledger import archive
+
+    records = [json.loads(raw) for raw in gzip.open(path, "rb")]
+    change(records)
+    header, body, trailer = records[0], records[1:-1], records[-1]
+    chains = dict(header.get("anchors") or {})
+    events = [record for record in body if record["type"] == "event"]
+    for event in events:
+        if not archive._same_moment(event["at"], event["epoch"]):  # a moved time: its chained one too
+            moment = archive._time(event["at"]) - archive.datetime(1970, 1, 1, tzinfo=archive.UTC)
+            event["epoch"] = str(Decimal(moment // archive.timedelta(microseconds=1)) / 1_000_000)
+        event["prev_hash"] = chains.get(str(event["job_pk"]), "")
+        event["hash"] = chains[str(event["job_pk"])] = archive.event_hash(event)
+    lines = [archive.line(record) for record in [header, *body]]
+    trailer.update(events=len(events), first_event_id=events[0]["id"] if events else None,
+                   last_event_id=events[-1]["id"] if events else None,
+                   first_hash=events[0]["hash"] if events else "", last_hash=events[-1]["hash"] if events else "",
+                   carried={job: chains[job] for job in trailer["carried"] if job in chains},
+                   lines_sha256=archive.hashlib.sha256(b"".join(lines)).hexdigest())
+    trailer.pop("seal", None)
+    if key is not None:
+        trailer["seal"] = archive.seal(trailer, secret=key)
+    with gzip.open(path, "wb") as stream:
+        stream.write(b"".join([*lines, archive.line(trailer)]))
+
+
+def _events(records):
+    return [record for record in records if record["type"] == "event"]
+
+
+def _job_records(records):
+    return [record for record in records if record["type"] == "job"]
+
+
+def _rewrite_job(records):
+    _job_records(records)[0]["row"]["status"] = "failed"
+
+
+def _move_time(records):
+    _events(records)[1]["at"] = "2001-01-01T00:00:00.000000+00:00"
+
+
+def _cut_tail(records):
+    last = _events(records)[-1]
+    records[:] = [r for r in records if r.get("job_pk") != last["job_pk"] and
+                  (r["type"] != "job" or r["row"]["id"] != last["job_pk"])]
+
+
+def _drop_event(records):
+    records.remove(_events(records)[2])
+
+
+def _reorder(records):
+    events = _events(records)
+    i, j = records.index(events[0]), records.index(events[-1])
+    records[i], records[j] = records[j], records[i]
+
+
+def _change_payload(records):
+    _job_records(records)[0]["row"]["payload"] = {"amount": 1}
+    _events(records)[0]["after"] = _events(records)[0]["after"].replace("pending", "succeeded")
+
+
+def _change_trailer(records):
+    records[-1]["jobs"] = 1
+
+
+def _reseal_a_note(records):
+    _events(records)[3]["note"] = "nothing happened"
+
+
+FORGERIES = {
+    "a rewritten job record": _rewrite_job,
+    "a moved event time": _move_time,
+    "a cut tail": _cut_tail,
+    "a dropped event": _drop_event,
+    "a reordered event": _reorder,
+    "a changed payload": _change_payload,
+    "a changed trailer": _change_trailer,
+    "a re-sealed file": _reseal_a_note,
+}
+
+
+def _restored_tables() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'reckon_restored'")
+        return sorted(name for (name,) in cursor.fetchall())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("forgery", FORGERIES, ids=list(FORGERIES))
+def test_a_forged_archive_is_neither_verified_nor_restored_even_alone(archive_dir, forgery):
+    fresh_layout()
+    finish("a")
+    finish("b")
+    path = Path(retention_pass(cut_here()).archived[0].archive_file)
+
+    _forge(path, FORGERIES[forgery])
+
+    for file_only in ([], ["--file-only"]):
+        with pytest.raises(CommandError, match="does not verify"):
+            call_command("verify_archive", str(path), *file_only)
+        with pytest.raises(CommandError, match="not restored"):
+            call_command("restore_archive", str(path), *file_only)
+    assert _restored_tables() == []  # refused: nothing restored
+    assert LedgerEvent.objects.count() == 0 and not Job.objects.filter(job_id__in=["a", "b"]).exists()
+
+
+@pytest.mark.django_db
+def test_a_file_of_another_checkpoint_is_refused(archive_dir):
+    fresh_layout()
+    finish("a")
+    first = Path(retention_pass(cut_here()).archived[0].archive_file)
+    finish("b")
+    second = retention_pass(cut_here()).archived[0]
+
+    def claim_the_second(records):
+        records[0]["partition"] = second.partition
+
+    _forge(first, claim_the_second)
+    with pytest.raises(CommandError, match="does not verify: the trailer's seal does not match"):
+        call_command("verify_archive", str(first))
+    with pytest.raises(CommandError, match="not restored: the trailer's seal does not match"):
+        call_command("restore_archive", str(first), "--file-only")
+    with pytest.raises(CommandError, match="not restored"):
+        call_command("restore_archive", str(first))
+    assert _restored_tables() == []
+
+
+@pytest.mark.django_db
+def test_an_archive_is_sealed_and_restored_against_its_checkpoint_and_says_so(archive_dir):
+    fresh_layout()
+    finish("a")
+    path = retention_pass(cut_here()).archived[0].archive_file
+
+    call_command("verify_archive", path, stdout=(out := StringIO()))
+    assert "sealed, verified against its checkpoint" in out.getvalue()
+    call_command("restore_archive", path, stdout=(out := StringIO()))
+    assert "sealed, verified against its checkpoint" in out.getvalue()
+    call_command("restore_archive", path, "--file-only", stdout=(out := StringIO()))
+    assert "verified against the file alone (not against its checkpoint)" in out.getvalue()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT obj_description('reckon_restored.{EVENTS}_t0'::regclass)")
+        assert "verified against the file alone" in cursor.fetchone()[0]
+    # Re-sealed under the deployment's own key (a forger who has it): the checkpoint still holds.
+    _forge(Path(path), _rewrite_job, key=django_settings.SECRET_KEY)
+    call_command("verify_archive", path, "--file-only")
+    with pytest.raises(CommandError, match="not restored: the file's sha256 .* not the file that was archived"):
+        call_command("restore_archive", path)
+
+
+@pytest.mark.django_db
+def test_an_archive_written_before_sealing_still_verifies_and_restores_and_says_unsealed(archive_dir):
+    from ledger import archive
+
+    fresh_layout()
+    finish("a")
+    checkpoint = retention_pass(cut_here()).archived[0]
+    path = Path(checkpoint.archive_file)
+
+    def as_written_before_sealing(records):
+        records[0]["version"] = archive.UNSEALED_VERSION
+
+    _forge(path, as_written_before_sealing, key=None)  # today's writer: version 1, no seal
+    with connection.cursor() as cursor:  # test setup: the checkpoint today's writer recorded for it
+        cursor.execute("ALTER TABLE ledger_historycheckpoint DISABLE TRIGGER USER")
+        cursor.execute("UPDATE ledger_historycheckpoint SET archive_sha256 = %s", [archive.file_sha256(path)])
+        cursor.execute("ALTER TABLE ledger_historycheckpoint ENABLE TRIGGER USER")
+
+    call_command("verify_archive", str(path), stdout=(out := StringIO()))
+    assert "unsealed, written before sealing, verified against its checkpoint" in out.getvalue()
+    call_command("restore_archive", str(path), stdout=(out := StringIO()))
+    assert "unsealed, written before sealing" in out.getvalue()
+    original = path.read_bytes()
+
+    def move_a_time_alone(records):  # the chained epoch left as it was: checked even unsealed
+        records[2]["at"] = records[2]["at"][:-9] + "999999+00:00"
+
+    records = [json.loads(raw) for raw in gzip.open(path, "rb")]
+    move_a_time_alone(records)
+    with gzip.open(path, "wb") as stream:
+        stream.write(b"".join(archive.line(record) for record in records))
+    with pytest.raises(CommandError, match="its chained time .* says otherwise"):
+        call_command("verify_archive", str(path), "--file-only")
+    path.write_bytes(original)
+    # Unsealed, a repaired forgery passes alone (anyone can recompute its hashes): the checkpoint holds.
+    _forge(path, _rewrite_job, key=None)
+    call_command("verify_archive", str(path), "--file-only")
+    with pytest.raises(CommandError, match="not restored: the file's sha256"):
+        call_command("restore_archive", str(path))

@@ -19,7 +19,6 @@ class Command(BaseCommand):
         except (ArchiveInvalid, OSError, ValueError) as fault:
             raise CommandError(f"{options['file']} does not verify: {fault}") from None
         header = verified.header
-        against = "its own hashes" if options["file_only"] else "its checkpoint"
         self.stdout.write(self.style.SUCCESS(
             f"verify_archive: {verified.events} events of {header['partition']} ({header['range_start']} .. "
-            f"{header['range_end']}) verify against {against}"))
+            f"{header['range_end']}): {verified.status}"))
