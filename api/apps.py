@@ -8,8 +8,9 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from api import tokens
-        from reconciliation import resolution
+        from approvals import foureyes
 
-        # The reconciler's approval requests name the issuer of the token that began the attempt
-        # (four eyes excludes them); resolution is below this app, so this app lends the lookup.
-        resolution.token_issuer.register(tokens.issuer_of)
+        # Four eyes excludes the issuers of the tokens whose workers or agents wrote into a job's
+        # history (and the reconciler's requests name the one that began the attempt); approvals is
+        # below this app, so this app lends the lookup.
+        foureyes.token_issuer.register(tokens.issuer_of)

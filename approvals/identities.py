@@ -7,6 +7,9 @@ from __future__ import annotations
 from allauth.socialaccount.models import SocialAccount
 from django.conf import settings
 
+# A local account's identity: `account:<pk>` (the database's four-eyes trigger reads this prefix too).
+ACCOUNT = "account:"
+
 
 def issuer_of(account: SocialAccount) -> str:
     claims = account.extra_data.get("id_token") or {}
@@ -21,7 +24,7 @@ def identities_of(user) -> list[str]:
     """The local account and the provider subjects linked to `user`, sorted."""
     if user is None:
         return []
-    keys = {f"account:{user.pk}"}
+    keys = {f"{ACCOUNT}{user.pk}"}
     for account in SocialAccount.objects.filter(user=user):
         keys.add(subject_key(issuer_of(account), account.uid))
     return sorted(keys)
@@ -32,5 +35,5 @@ def provider_identity(user) -> dict:
     account when none is linked (a break-glass or password account)."""
     account = SocialAccount.objects.filter(user=user).order_by("pk").first() if user is not None else None
     if account is None:
-        return {"provider": "password", "subject": f"account:{user.pk}" if user is not None else ""}
+        return {"provider": "password", "subject": f"{ACCOUNT}{user.pk}" if user is not None else ""}
     return {"provider": account.provider, "issuer": issuer_of(account), "subject": account.uid}

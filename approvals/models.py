@@ -1,14 +1,18 @@
 """ApprovalRequest: a second person's yes before an irreversible action is replayed.
 
-Four eyes is a database rule (decided_by <> requested_by), not only a view rule, and a job has
-at most one pending request (a partial unique index).
+Four eyes is a database rule (decided_by <> requested_by, and nobody the job's history excludes:
+the `approval_four_eyes_history` trigger), not only a view rule, and a job has at most one
+pending request (a partial unique index).
 """
 
+import pgtrigger
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
+
+from approvals.identities import ACCOUNT
 
 
 class ApprovalStatus(models.TextChoices):
@@ -17,6 +21,27 @@ class ApprovalStatus(models.TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     WITHDRAWN = "withdrawn"
+
+
+# The decider is none of the accounts and identities this request recorded as excluded by the job's
+# history (approvals.foureyes) when it was opened and decided, nor of those an earlier request of
+# the same job asked for or recorded: an "ask again" after an expiry starts from that history.
+FOUR_EYES_HISTORY = f"""
+IF NEW.decided_by_id IS NOT NULL AND (
+    '{ACCOUNT}' || NEW.decided_by_id = ANY(NEW.excluded_identities)
+    OR NEW.decided_by_identities && NEW.excluded_identities
+    OR EXISTS (
+        SELECT 1 FROM approvals_approvalrequest earlier
+        WHERE earlier.job_id = NEW.job_id AND earlier.id <> NEW.id AND (
+            earlier.requested_by_id = NEW.decided_by_id
+            OR '{ACCOUNT}' || NEW.decided_by_id = ANY(earlier.requested_by_identities || earlier.excluded_identities)
+            OR NEW.decided_by_identities && (earlier.requested_by_identities || earlier.excluded_identities)))
+) THEN
+    RAISE EXCEPTION 'approval_four_eyes_history: the history of job row % excludes account % from deciding it',
+        NEW.job_id, NEW.decided_by_id USING ERRCODE = 'check_violation';
+END IF;
+RETURN NULL;
+"""
 
 
 class ApprovalRequest(models.Model):
@@ -38,6 +63,9 @@ class ApprovalRequest(models.Model):
     # two accounts is one person.
     requested_by_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)
     decided_by_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)
+    # Everyone the job's whole history excludes from deciding (approvals.foureyes), as accounts and
+    # identities: recorded when the request is opened, widened when it is decided.
+    excluded_identities = ArrayField(models.CharField(max_length=400), default=list, db_default=[], blank=True)
     decision_note = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(db_default=Now())
@@ -76,6 +104,11 @@ class ApprovalRequest(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["status", "expires_at"], name="approval_status_expiry")]
+        triggers = [
+            # After the row's CHECK constraints, which name the requester's account or identity first.
+            pgtrigger.Trigger(name="approval_four_eyes_history", when=pgtrigger.After,
+                              operation=pgtrigger.Insert | pgtrigger.Update, func=FOUR_EYES_HISTORY),
+        ]
 
     def __str__(self) -> str:
         return f"approval {self.pk} for {self.job_id} ({self.status})"

@@ -1,8 +1,9 @@
 """Approvals: request, approve, reject, withdraw, expire — the transitions of ApprovalRequest.
 
 Each takes the job's row lock first (as every transition does) and writes its LedgerEvent in
-the same transaction. Four eyes is checked here with a clear message and enforced again by
-the database's CHECK constraint.
+the same transaction. Four eyes is checked here with a clear message, against the job's whole
+history (approvals.foureyes), and enforced again by the database (its CHECK constraints and the
+`approval_four_eyes_history` trigger).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from approvals.foureyes import excluded_identities, why_excluded
 from approvals.identities import identities_of, provider_identity
 from approvals.models import ApprovalRequest, ApprovalStatus
-from ledger.models import Attempt, Job, LedgerEvent
+from ledger.models import Attempt, Job
 from ledger.moments import kept_time
 from ledger.services.errors import LedgerError
 from ledger.services.transitions import Batch, ClockTimestamp, latest_attempt, lock_job
@@ -47,8 +49,8 @@ def open_approval_request(
 
     `requested_by` is the person whose action led to the request (the operator who marked the
     effect not found, or who sent the job back to the reconciler, or who issued the worker token
-    whose agent answered not found), or None when nobody did: then
-    nobody who decided on the job before may approve it (see `approve`).
+    whose agent answered not found), or None when nobody did. Nobody the job's whole history
+    excludes may decide it either (approvals.foureyes): the request records who, for the database.
     """
     request = ApprovalRequest.objects.create(
         job=job,
@@ -56,6 +58,7 @@ def open_approval_request(
         requested_by=requested_by,
         requested_by_actor=actor[:200],
         requested_by_identities=identities_of(requested_by),
+        excluded_identities=excluded_identities(job, acting=actor, also=requested_by),
         reason=reason,
         expires_at=job.db_now + timedelta(hours=settings.RECKON_APPROVAL_TTL_HOURS),
         payload_digest=payload_digest(job.payload),
@@ -218,8 +221,9 @@ def _pending(request_id: int, *, allow_expired: bool = False) -> tuple[Job, Appr
 
 def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
     """The approver is not the person whose action led to the request (who asked, or who issued the
-    worker token whose agent asked, answered or began the attempt); and when nobody's did (the
-    reconciler asked on its own), not anyone who decided on this job before."""
+    worker token whose agent asked, answered or began the attempt), nor anyone the job's whole
+    history excludes (approvals.foureyes): who asked for any of its replays, decided on it, wrote
+    the payload being replayed, or issued a token whose answers or attempts are in it."""
     name = user.get_username()
     same = sorted(set(identities_of(user)) & set(request.requested_by_identities))
     if same and request.requested_by_id != user.pk:
@@ -227,36 +231,30 @@ def _four_eyes(job: Job, request: ApprovalRequest, user, what: str) -> None:
             f"four eyes: {name} is the same person as {request.requested_by_actor}, who requested this approval "
             f"(both accounts are {', '.join(same)}), and cannot {what}; another approver must decide"
         )
-    if request.requested_by_id is not None:
-        if request.requested_by_id == user.pk:
-            through = request.requested_by_actor
-            if through == "reconciler":
-                behind = (" (the reconciler asked, after a step of theirs: sending the attempt back to it, or "
-                          f"beginning it with a worker token {name} issued)")
-            else:
-                # The MCP gateway's agents are named mcp:<token>:<client>; a pull reconciler's answers otherwise.
-                given = "a tool call made" if through.startswith("mcp:") else "an answer given"
-                behind = "" if through == name else f" (through {through}: {given} with a worker token {name} issued)"
-            raise ApprovalRefused(
-                f"four eyes: {name} requested this approval{behind} and cannot {what}; another approver must decide"
-            )
-        return
-    decided = (
-        LedgerEvent.objects.filter(job=job, actor=name, actor_type__in=[ActorType.OPERATOR, ActorType.APPROVER])
-        .exclude(kind=EventKind.JOB_COMMENTED)  # a comment is not a decision
-        .order_by("id").first()
-    )
-    if decided is not None:
+    if request.requested_by_id is not None and request.requested_by_id == user.pk:
+        through = request.requested_by_actor
+        if through == "reconciler":
+            behind = (" (the reconciler asked, after a step of theirs: sending the attempt back to it, or "
+                      f"beginning it with a worker token {name} issued)")
+        else:
+            # The MCP gateway's agents are named mcp:<token>:<client>; a pull reconciler's answers otherwise.
+            given = "a tool call made" if through.startswith("mcp:") else "an answer given"
+            behind = "" if through == name else f" (through {through}: {given} with a worker token {name} issued)"
         raise ApprovalRefused(
-            f"four eyes: {name} already decided on job {job.job_id} ({decided.kind} at "
-            f"{kept_time(decided.at)}) and cannot {what}; another approver must decide"
+            f"four eyes: {name} requested this approval{behind} and cannot {what}; another approver must decide"
         )
+    why = why_excluded(job, user)
+    if why is not None:
+        raise ApprovalRefused(f"four eyes: {why} and cannot {what}; another approver must decide")
 
 
 def _set_decision(request: ApprovalRequest, status: str, *, user, note: str, at) -> None:
     request.status, request.decided_by, request.decided_at, request.decision_note = status, user, at, note
     request.decided_by_identities = identities_of(user)
-    request.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "decided_by_identities"])
+    if user is not None:  # the history as it stands now, for the database's check of this decision
+        request.excluded_identities = sorted(set(request.excluded_identities) | set(excluded_identities(request.job)))
+    request.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "decided_by_identities",
+                                "excluded_identities"])
 
 
 def _close(job, attempt, request: ApprovalRequest, *, kind: str, job_status: str, actor_type: str, actor: str,

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 
+from approvals.foureyes import token_issuer
 from approvals.services import open_approval_request, withdraw_pending_for
 from ledger.actions import policy_of
-from ledger.hooks import Hook
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services import Batch, trigger_reconciliation
 from ledger.states import ActorType, EventKind, Execution, JobStatus, SideEffect
@@ -183,11 +183,6 @@ def _closing_queued(attempt: Attempt, note: str) -> dict:
     if attempt.execution_state == Execution.NOT_STARTED:
         return {"execution_state": Execution.FAILED, "error": note}
     return {}
-
-
-# Who issued the worker token an actor's name carries (a worker of the API, an agent of the MCP
-# gateway): api.tokens.issuer_of, lent from the worker API's AppConfig.ready (this layer is below it).
-token_issuer = Hook("the person who issued the worker token an actor's name is tagged with")
 
 
 def _person_behind(job: Job, attempt: Attempt):

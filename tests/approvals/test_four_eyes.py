@@ -37,7 +37,10 @@ def test_the_operator_whose_retry_led_to_the_request_cannot_approve_it(irreversi
     assert (request.requested_by, request.requested_by_actor) == (operator, "reconciler")
     with pytest.raises(approvals.ApprovalRefused, match="four eyes: olga requested this approval"):
         approvals.approve(request_id=request.pk, user=operator, note="I retried, I approve")
-    approvals.approve(request_id=request.pk, user=approver, note="checked the relay's log")
+    # Who escalated it decided on the job too (issue 42): the history excludes them, not only the requester.
+    with pytest.raises(approvals.ApprovalRefused, match=r"four eyes: abe escalated this job \(at .*\) and cannot"):
+        approvals.approve(request_id=request.pk, user=approver, note="I escalated, I approve")
+    approvals.approve(request_id=request.pk, user=_persona("fay", "approvers"), note="checked the relay's log")
     assert Job.objects.get(job_id="m1").status == "pending"
     assert_ledger_clean()
 
@@ -55,9 +58,9 @@ def test_with_nobody_behind_the_request_no_one_who_decided_on_the_job_may_approv
     assert reconcile_job(job_id="m2").applied == "awaiting_approval"
     second = ApprovalRequest.objects.get(job__job_id="m2", status="pending")
     assert second.requested_by is None  # the reconciler asked on its own
-    with pytest.raises(approvals.ApprovalRefused, match="four eyes: abe already decided on job m2"):
+    with pytest.raises(approvals.ApprovalRefused, match="four eyes: abe approved a replay of this job"):
         approvals.approve(request_id=second.pk, user=approver, note="again")
-    with pytest.raises(approvals.ApprovalRefused, match="four eyes: olga already decided on job m2"):
+    with pytest.raises(approvals.ApprovalRefused, match="four eyes: olga marked this job not found"):
         approvals.reject(request_id=second.pk, user=operator, note="no")
     second.refresh_from_db()
     assert second.status == "pending" and Job.objects.get(job_id="m2").status == "awaiting_approval"
