@@ -1,4 +1,4 @@
-"""The four conditions Reckon alerts on, each read from the ledger as it is now.
+"""The conditions Reckon alerts on, each read from the ledger (or the sign-in throttle) as it is now.
 
 Each check returns a `Reading`: whether the condition holds, a sentence saying what (with the
 figures), and the console pages that show exactly what each figure counts (`links`): a figure is
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
@@ -187,4 +188,28 @@ def reconciliation_conflict(tenants: frozenset[str] | None = None) -> Reading:
     )
 
 
-CHECKS = (unknown_too_old, approval_waiting, gate_closed, reconciliation_conflict)
+def break_glass_guessing(tenants: frozenset[str] | None = None) -> Reading:
+    """Fires while a break-glass account has RECKON_LOGIN_FAILURE_LIMIT (AXES_FAILURE_LIMIT) or more failed sign-ins
+    (wrong passwords and wrong TOTP codes, from every address) within the throttle's window: the
+    one password door left with SSO only is being tried. It names accounts, not tenants."""
+    limit, window = settings.AXES_FAILURE_LIMIT, settings.AXES_COOLOFF_TIME
+    accounts = [name.casefold() for name in settings.RECKON_BREAK_GLASS_ACCOUNTS]
+    failures = (AccessAttempt.objects.filter(username__in=accounts, attempt_time__gte=timezone.now() - window)
+                .values("username").annotate(n=Sum("failures_since_start")).filter(n__gte=limit).order_by("-n", "username"))
+    path = reverse("audit")
+    if not failures:
+        return Reading(AlertCondition.BREAK_GLASS_GUESSING, False,
+                       f"No break-glass account has {limit} failed sign-ins within {bound_text(window.total_seconds())}.",
+                       (Link("failed sign-ins", 0, path),))
+    total = sum(row["n"] for row in failures)
+    named = ", ".join(f"{row['username']} {row['n']}" for row in failures)
+    return Reading(
+        AlertCondition.BREAK_GLASS_GUESSING, True,
+        f"Break-glass sign-in is being tried: {named} "
+        f"failed sign-ins (wrong passwords and TOTP codes) within {bound_text(window.total_seconds())}; "
+        "the account is locked out for a growing wait. If this is not your team, change its password.",
+        (Link("failed sign-ins", total, path),),
+    )
+
+
+CHECKS = (unknown_too_old, approval_waiting, gate_closed, reconciliation_conflict, break_glass_guessing)

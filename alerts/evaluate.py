@@ -22,6 +22,7 @@ TITLES = {
     AlertCondition.APPROVAL_WAITING: "Approvals waiting longer than their bound",
     AlertCondition.GATE_CLOSED: "Dead-man gate closed: Reckon's own loops stopped",
     AlertCondition.RECONCILIATION_CONFLICT: "Reconciliation answered conflict",
+    AlertCondition.BREAK_GLASS_GUESSING: "A break-glass account is being guessed",
 }
 EVALUATOR = "reckon"  # the actor of the history's fired / resolved entries
 

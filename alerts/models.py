@@ -45,6 +45,7 @@ class AlertCondition(models.TextChoices):
     APPROVAL_WAITING = "approval_waiting"
     GATE_CLOSED = "gate_closed"
     RECONCILIATION_CONFLICT = "reconciliation_conflict"
+    BREAK_GLASS_GUESSING = "break_glass_guessing"
 
 
 class AlertState(models.Model):

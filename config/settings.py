@@ -156,6 +156,8 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     # A provider's session is checked again after RECKON_OIDC_REVALIDATE_S (roles re-read).
     "sso.middleware.ProviderSessionRevalidation",
+    # A password session ends after RECKON_PASSWORD_SESSION_S, or once RECKON_SSO_ONLY refuses it.
+    "sso.middleware.PasswordSessionBound",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -429,6 +431,8 @@ RECKON_OIDC_GROUP_TENANTS = setting("RECKON_OIDC_GROUP_TENANTS", {}, Sets, "Prov
 RECKON_OIDC_REVALIDATE_S = setting("RECKON_OIDC_REVALIDATE_S", 900, Int, "A session signed in through a provider is sent back to it after this many seconds, and its roles and tenants are read again: how long a role taken away at the provider can outlive it.", group=SIGN_IN)
 RECKON_SSO_ONLY = setting("RECKON_SSO_ONLY", False, Bool, "Password sign-in off for everyone but the break-glass accounts (which then need their TOTP code). Needs a provider.", group=SIGN_IN)
 RECKON_BREAK_GLASS_ACCOUNTS = setting("RECKON_BREAK_GLASS_ACCOUNTS", [], List, "Usernames that may still sign in with a password when RECKON_SSO_ONLY is on, with a TOTP code (`manage.py break_glass_totp USERNAME`).", group=SIGN_IN, example="breakglass")
+RECKON_PASSWORD_SESSION_S = setting("RECKON_PASSWORD_SESSION_S", 8 * 3600, Int, "A session signed in with a password ends after this many seconds (sign in again). A password session ends at once when RECKON_SSO_ONLY applies to its account.", group=SIGN_IN)
+RECKON_BREAK_GLASS_SESSION_S = setting("RECKON_BREAK_GLASS_SESSION_S", 3600, Int, "A break-glass session (password and TOTP code, with RECKON_SSO_ONLY) ends after this many seconds.", group=SIGN_IN)
 RECKON_NO_ROLE_CONTACT = setting("RECKON_NO_ROLE_CONTACT", "your Reckon administrator", Str, "Who a person signed in without any role is told to ask (\"You have no role here; ask …\").", group=SIGN_IN)
 _ROLES = {"operators", "approvers", "auditors"}
 for _group, _roles in RECKON_OIDC_GROUP_ROLES.items():

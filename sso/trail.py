@@ -1,8 +1,11 @@
 """Writes the sign-in trail (SignInEvent) from Django's login signals and from the provider and
 break-glass steps (`record`). A session signed in through a provider carries SESSION_KEY:
-{"provider", "issuer", "subject", "at"}; the trail and the re-validation read it."""
+{"provider", "issuer", "subject", "at"}; the trail and the re-validation read it. A password session
+carries PASSWORD_SESSION_KEY (its start), which bounds its age."""
 
 from __future__ import annotations
+
+import time
 
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.dispatch import receiver
@@ -13,6 +16,8 @@ from console.models import SignInEvent
 
 SESSION_KEY = "reckon_provider_sign_in"
 BREAK_GLASS_KEY = "reckon_break_glass"
+# When a password (or break-glass) session began: sso.middleware.PasswordSessionBound ends it later.
+PASSWORD_SESSION_KEY = "reckon_password_sign_in_at"
 
 
 def record(request: HttpRequest | None, kind: str, *, user=None, username: str = "", method: str = "password",
@@ -37,7 +42,9 @@ def _signed_in(sender, request, user, **kwargs) -> None:
     if through:
         record(request, SignInEvent.SIGNED_IN, user=user, method=through["provider"], issuer=through["issuer"],
                subject=through["subject"])
-    elif request.session.get(BREAK_GLASS_KEY):
+        return
+    request.session[PASSWORD_SESSION_KEY] = time.time()
+    if request.session.get(BREAK_GLASS_KEY):
         record(request, SignInEvent.BREAK_GLASS, user=user, detail="password and TOTP code, with provider sign-in required")
     else:
         record(request, SignInEvent.SIGNED_IN, user=user)
@@ -56,4 +63,6 @@ def _signed_out(sender, request, user, **kwargs) -> None:
 @receiver(user_login_failed)
 def _failed(sender, credentials, request=None, **kwargs) -> None:
     username = str((credentials or {}).get("username", ""))
-    record(request, SignInEvent.FAILED, username=username, detail="wrong username or password")
+    # sso.second_factor sends a wrong TOTP code as a failed sign-in too, saying so.
+    detail = (credentials or {}).get("reckon_detail") or "wrong username or password"
+    record(request, SignInEvent.FAILED, username=username, detail=detail)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from urllib.parse import urlsplit
 
-from allauth.mfa.models import Authenticator
-from allauth.mfa.totp.internal.auth import TOTP
 from allauth.socialaccount.providers.openid_connect import views as oidc_views
 from django import forms
 from django.conf import settings
@@ -17,7 +15,6 @@ from django.contrib.auth.views import LoginView
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods, require_POST
@@ -25,11 +22,11 @@ from requests import RequestException
 
 from console.models import SignInEvent
 from sso import trail
+from sso.second_factor import break_glass_code_check
 
 PENDING_KEY = "reckon_break_glass_pending"
-# The TOTP step must follow the password within this long, and allows this many wrong codes.
+# The TOTP step must follow the password within this long.
 PENDING_SECONDS = 300
-CODE_TRIES = 5
 
 
 def providers() -> list[dict]:
@@ -78,7 +75,7 @@ class SignInView(LoginView):
         user = form.get_user()
         if settings.RECKON_SSO_ONLY and is_break_glass(user):
             self.request.session[PENDING_KEY] = {"user": user.pk, "backend": user.backend, "at": time.time(),
-                                                 "tries": 0, "next": self.get_success_url()}
+                                                 "next": self.get_success_url()}
             return redirect("break_glass_code")
         return super().form_valid(form)
 
@@ -91,19 +88,18 @@ class CodeForm(forms.Form):
 @sensitive_post_parameters("code")
 @require_http_methods(["GET", "POST"])
 def break_glass_code(request: HttpRequest) -> HttpResponse:
-    """The second factor of a break-glass sign-in: the account's TOTP code (allauth.mfa)."""
+    """The second factor of a break-glass sign-in: the account's TOTP code (allauth.mfa), checked
+    by sso.second_factor (wrong codes counted per account, each code used once)."""
     pending = request.session.get(PENDING_KEY)
     if not pending or time.time() - pending["at"] > PENDING_SECONDS:
         request.session.pop(PENDING_KEY, None)
         return redirect("login")
     user = get_user_model()._default_manager.get(pk=pending["user"])
     form = CodeForm(request.POST or None)
-    error = None
+    check = None
     if request.method == "POST" and form.is_valid():
-        authenticator = Authenticator.objects.filter(user=user, type=Authenticator.Type.TOTP).first()
-        if authenticator is None:
-            error = "This break-glass account has no TOTP set up: an administrator runs `manage.py break_glass_totp`."
-        elif TOTP(authenticator).validate_code(form.cleaned_data["code"].strip()):
+        check = break_glass_code_check(request=request, user=user, code=form.cleaned_data["code"].strip())
+        if check.accepted:
             request.session.pop(PENDING_KEY)
             request.session[trail.BREAK_GLASS_KEY] = True
             login(request, user, backend=pending["backend"])
@@ -112,16 +108,14 @@ def break_glass_code(request: HttpRequest) -> HttpResponse:
             if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
                 target = settings.LOGIN_REDIRECT_URL
             return HttpResponseRedirect(target)
-        else:
-            error = "That code is wrong or already used."
-        trail.record(request, SignInEvent.FAILED, user=user, detail=f"break-glass TOTP refused: {error}")
-        pending["tries"] += 1
-        if pending["tries"] >= CODE_TRIES:
-            request.session.pop(PENDING_KEY)
-            return redirect(f"{reverse('login')}?tries=spent")
-        request.session[PENDING_KEY] = pending
-    return render(request, "sso/break_glass_code.html", {"form": form, "error": error, "username": user.get_username()},
-                  status=400 if error else 200)
+        if not check.checked:
+            trail.record(request, SignInEvent.FAILED, user=user, detail=f"break-glass TOTP refused unchecked: {check.error}")
+    error = check.error if check else None
+    response = render(request, "sso/break_glass_code.html", {"form": form, "error": error, "username": user.get_username()},
+                      status=(429 if check.wait else 400) if check else 200)
+    if check and check.wait:
+        response["Retry-After"] = str(check.wait)
+    return response
 
 
 @require_POST
