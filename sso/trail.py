@@ -17,7 +17,7 @@ from console.models import SignInEvent
 SESSION_KEY = "reckon_provider_sign_in"
 BREAK_GLASS_KEY = "reckon_break_glass"
 # When a password (or break-glass) session began: sso.middleware.PasswordSessionBound ends it later.
-PASSWORD_SESSION_KEY = "reckon_password_sign_in_at"
+PASSWORD_SESSION_KEY = "reckon_password_sign_in_at"  # nosec B105  # a session key's name, not a password
 
 
 def record(request: HttpRequest | None, kind: str, *, user=None, username: str = "", method: str = "password",
