@@ -182,6 +182,20 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest in order
 
 
+# `make test-fast` (the edit-run loop) runs what is not slow. Slow, besides what a file marks so
+# (real processes: qcluster, sandbox): the longest files above, and every test that commits, that
+# is, runs against a live server or a transactional database (each pays a truncate afterwards and
+# most start a process). The full suite, what CI runs, keeps them all.
+COMMITTING_FIXTURES = {"live_server", "transactional_db", "django_db_serialized_rollback"}
+
+
+def pytest_itemcollected(item):  # before `-m` selects (in collection_modifyitems)
+    marker = item.get_closest_marker("django_db")
+    if (item.nodeid.partition("::")[0] in LONGEST_FIRST or COMMITTING_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or (marker and marker.kwargs.get("transaction"))):
+        item.add_marker(pytest.mark.slow)
+
+
 # After a transactional test (transaction=True, live_server) Django flushes the database: one
 # TRUNCATE of every table, then the post_migrate signal, which recreates the content types and
 # permissions it has just removed, the schedules and the event partitions ahead. Measured, that

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from reckon_client.errors import AlreadySucceeded, HeldUnknown, JsonObject, ReckonError
@@ -233,8 +233,8 @@ class Client:
         if not outcomes:
             return []
         items = [{**lease._named(), **outcome.fields()} for lease, outcome in outcomes]
-        answers = self.call("POST", "/leases/results", {"results": items},
-                            retry_unsent_for=self.retry_unsent_for).json["results"]
+        answers = cast("list[JsonObject]", self.call("POST", "/leases/results", {"results": items},
+                                                     retry_unsent_for=self.retry_unsent_for).json["results"])
         for (lease, outcome), answer in zip(outcomes, answers, strict=True):
             lease.outcome = "refused" if answer.get("error") else outcome.verdict
             if answer.get("error"):
@@ -266,7 +266,7 @@ class Client:
         for (lease, _), answer in zip(outcomes, self.record_all(outcomes), strict=True):
             if answer.get("error"):
                 report.refused += 1
-            else:
+            elif lease.outcome:
                 report.recorded[lease.outcome] = report.recorded.get(lease.outcome, 0) + 1
         return report
 

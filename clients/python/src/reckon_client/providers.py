@@ -28,7 +28,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def classify_error(error: BaseException, *, request_sent: bool) -> Verdict:
     return Verdict.UNKNOWN  # a timeout, a reset, a dropped connection: the provider may have acted
 
 
-def post_effect(lease: Lease, url: str, body: dict, *, result_field: str, provider: str = "the provider",
+def post_effect(lease: Lease, url: str, body: dict[str, Any], *, result_field: str, provider: str = "the provider",
                 timeout: float = 10.0, on_sent: Callable[[], None] | None = None) -> Verdict:
     """POST `body` as JSON to `url`: the lease's side effect, with the job's idempotency key as
     Idempotency-Key and X-Reckon-Marker; then record what the answer proves (the table above) and
@@ -79,6 +79,8 @@ def post_effect(lease: Lease, url: str, body: dict, *, result_field: str, provid
     the reconciler finds out which effect it was). `provider` names it in the recorded details.
     `on_sent`: called once the request has left, before its answer is read."""
     parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"post_effect needs an absolute http(s) URL, not {url!r}")
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = connection_class(parts.hostname, parts.port, timeout=timeout)
     key = lease.idempotency_key

@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 WEBHOOK_SIGNATURE_HEADER = "Reckon-Signature"
 # A question older (or further in the future) than this is refused: a captured one replays at most
@@ -82,7 +82,7 @@ def sign_webhook(body: bytes, secrets: Iterable[str], *, at: int | None = None) 
 
 
 def verify_webhook(body: bytes, header: object, secrets: Iterable[str], *, tolerance: int = WEBHOOK_TOLERANCE_S,
-                   now: float | None = None, seen: SeenQuestions | None = None) -> dict:
+                   now: float | None = None, seen: SeenQuestions | None = None) -> dict[str, Any]:
     """The question `body` holds, once `header` signs its exact bytes with one of `secrets` (two
     during a rotation) at most `tolerance` seconds from now. With `seen`, a question whose id was
     taken before is a replay. Raises WebhookSignatureError for anything else, never another error."""
