@@ -52,7 +52,7 @@ from api.schemas import (
 from api.tokens import holder_name, holds
 from ledger import models, services
 from ledger.actions import UnknownAction, get_action
-from ledger.fastpath import Scope
+from ledger.scope import Scope
 from ledger.states import JOB_STATUS_FOR_LATEST, ActorType
 from reconciliation import decisions
 from reconciliation.registry import REGISTRY

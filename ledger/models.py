@@ -25,7 +25,7 @@ from ledger.states import (
 )
 
 # A job a worker may claim: pending, not under recovery, not held by the dead-man gate (the same rule
-# in SQL: ledger.fastpath.CLAIMABLE).
+# in SQL: ledger.stepsql.CLAIMABLE).
 CLAIMABLE = Q(status=JobStatus.PENDING, recovery_pending=False, gated_at__isnull=True)
 
 
@@ -98,7 +98,7 @@ class Job(models.Model):
                 condition=Q(status__in=[s.value for s in UNKNOWN_WORK]),
             ),
             models.Index(fields=["gated_at"], name="job_gated", condition=Q(gated_at__isnull=False)),
-            # A scoped claim's candidates (ledger.fastpath.CLAIMABLE), oldest first for each tenant,
+            # A scoped claim's candidates (ledger.stepsql.CLAIMABLE), oldest first for each tenant,
             # action, or both, so that a claim never walks the older jobs of another tenant or action.
             # Only claimable jobs are in them: a job enters when enqueued (or pending again) and
             # leaves when claimed.

@@ -22,7 +22,7 @@ changes nothing, for that job alone (`superseded`). A job that is as it was but 
 `prepare` assumed (its check count moved, or someone holds a job the finding would finish) is
 left untouched (`declined`) for the Python path, in the same transaction.
 
-The function text is generated here from ledger/states.py and the models (and ledger.fastpath's
+The function text is generated here from ledger/states.py and the models (and ledger.stepsql's
 snapshot); migrations freeze it (reconciliation 0006 first) and never import this module:
 tests/reconciliation/test_fast_apply.py fails when the two differ.
 """
@@ -36,9 +36,9 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.actions import policy_of
-from ledger.fastpath import _max_length, _sql, snapshot_sql
 from ledger.models import Attempt, LedgerEvent
 from ledger.states import EventKind, Execution, JobStatus, SideEffect
+from ledger.stepsql import max_length, snapshot_sql, sql_literal
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 
 COMMON = (CheckOutcome.CONFIRMED, CheckOutcome.NOT_FOUND, CheckOutcome.UNAVAILABLE)
@@ -92,7 +92,7 @@ def _new_attempt_columns() -> tuple[list[str], list[str]]:
         value = getattr(fresh, field.attname)
         if value is not None:
             columns.append(field.column)
-            values.append(str(value) if isinstance(value, int) else _sql(value))
+            values.append(str(value) if isinstance(value, int) else sql_literal(value))
     return columns, values
 
 
@@ -112,10 +112,10 @@ VERDICT_COLUMNS = (*FINDING_COLUMNS, ("position", "bigint"), ("verdict", "text")
 def apply_function() -> ApplyFunction:
     """Set-based: one statement per kind of write for the whole batch (as `Batch.flush` writes),
     in the order the constraints need (the old attempt closed before the replay's opens)."""
-    waiting, unknown = _sql(JobStatus.NEEDS_RECONCILIATION), _sql(Execution.UNKNOWN)
-    succeeded, pending = _sql(JobStatus.SUCCEEDED), _sql(JobStatus.PENDING)
-    confirmed, not_found = _sql(CheckOutcome.CONFIRMED), _sql(CheckOutcome.NOT_FOUND)
-    unavailable = _sql(CheckOutcome.UNAVAILABLE)
+    waiting, unknown = sql_literal(JobStatus.NEEDS_RECONCILIATION), sql_literal(Execution.UNKNOWN)
+    succeeded, pending = sql_literal(JobStatus.SUCCEEDED), sql_literal(JobStatus.PENDING)
+    confirmed, not_found = sql_literal(CheckOutcome.CONFIRMED), sql_literal(CheckOutcome.NOT_FOUND)
+    unavailable = sql_literal(CheckOutcome.UNAVAILABLE)
     columns = ", ".join(f"{name} {kind}" for name, kind in FINDING_COLUMNS)
     names = ", ".join(name for name, _ in FINDING_COLUMNS)
     findings = (f"ROWS FROM (jsonb_to_recordset(p_findings) AS ({columns})) "
@@ -125,7 +125,7 @@ def apply_function() -> ApplyFunction:
     new_columns, new_values = _new_attempt_columns()
     event_columns = ('job_id, attempt_id, "at", actor_type, actor, kind, "before", "after", note, evidence, '
                      'prev_hash, hash')
-    actor = f"left(x.actor, {_max_length(LedgerEvent, 'actor')})"
+    actor = f"left(x.actor, {max_length(LedgerEvent, 'actor')})"
     body = f"""
 DECLARE
     v jsonb;
@@ -139,11 +139,11 @@ BEGIN
     FROM (
         SELECT f.*, j.id AS job_pk, a.number, j.idempotency_key, {snapshot_sql("j.status")} AS before,
             CASE WHEN j.id IS NULL OR row_number() OVER (PARTITION BY f.job ORDER BY f.position) > 1
-                     THEN {_sql(DECLINED)}
+                     THEN {sql_literal(DECLINED)}
                  WHEN a.id IS DISTINCT FROM f.attempt OR a.version <> f.version
-                      OR j.status <> {waiting} OR a.execution_state <> {unknown} THEN {_sql(SUPERSEDED)}
+                      OR j.status <> {waiting} OR a.execution_state <> {unknown} THEN {sql_literal(SUPERSEDED)}
                  WHEN j.check_count <> f.check_count OR (f.outcome = {confirmed} AND j.holder <> '')
-                     THEN {_sql(DECLINED)}
+                     THEN {sql_literal(DECLINED)}
                  ELSE f.outcome END AS verdict
         FROM {findings}
         LEFT JOIN ledger_job j ON j.job_id = f.job
@@ -152,17 +152,17 @@ BEGIN
 
     INSERT INTO reconciliation_reconciliationcheck (job_id, attempt_id, reconciler, asked, outcome, evidence,
         error, duration_ms)
-    SELECT x.job_pk, x.attempt, left(x.reconciler, {_max_length(ReconciliationCheck, 'reconciler')}),
-        left(x.asked, {_max_length(ReconciliationCheck, 'asked')}), x.outcome, x.check_evidence, x.error, x.duration_ms
-    FROM {verdicts} WHERE x.verdict <> {_sql(DECLINED)} ORDER BY x.position;
+    SELECT x.job_pk, x.attempt, left(x.reconciler, {max_length(ReconciliationCheck, 'reconciler')}),
+        left(x.asked, {max_length(ReconciliationCheck, 'asked')}), x.outcome, x.check_evidence, x.error, x.duration_ms
+    FROM {verdicts} WHERE x.verdict <> {sql_literal(DECLINED)} ORDER BY x.position;
 
     UPDATE ledger_attempt a SET version = a.version + 1, updated_at = statement_timestamp(),
-        execution_state = CASE WHEN x.verdict = {confirmed} THEN {_sql(Execution.SUCCEEDED)}
-                               ELSE {_sql(Execution.FAILED)} END,
-        side_effect_state = CASE WHEN x.verdict = {confirmed} THEN {_sql(SideEffect.CONFIRMED)}
-                                 WHEN a.side_effect_state = {_sql(SideEffect.AMBIGUOUS)} THEN {_sql(SideEffect.NOT_FOUND)}
-                                 ELSE {_sql(SideEffect.NOT_ATTEMPTED)} END,
-        result_ref = CASE WHEN x.verdict = {confirmed} THEN left(x.result_ref, {_max_length(Attempt, 'result_ref')})
+        execution_state = CASE WHEN x.verdict = {confirmed} THEN {sql_literal(Execution.SUCCEEDED)}
+                               ELSE {sql_literal(Execution.FAILED)} END,
+        side_effect_state = CASE WHEN x.verdict = {confirmed} THEN {sql_literal(SideEffect.CONFIRMED)}
+                                 WHEN a.side_effect_state = {sql_literal(SideEffect.AMBIGUOUS)} THEN {sql_literal(SideEffect.NOT_FOUND)}
+                                 ELSE {sql_literal(SideEffect.NOT_ATTEMPTED)} END,
+        result_ref = CASE WHEN x.verdict = {confirmed} THEN left(x.result_ref, {max_length(Attempt, 'result_ref')})
                           ELSE a.result_ref END
     FROM {verdicts} WHERE a.id = x.attempt AND x.verdict IN ({confirmed}, {not_found});
 
@@ -185,9 +185,9 @@ BEGIN
     SELECT e.job_pk, e.attempt_id, clock_timestamp(), e.actor_type, e.actor, e.kind, e.before, e.after, e.note, e.evidence, '', ''
     FROM (
         SELECT x.position, 1 AS seq, x.job_pk, a.id AS attempt_id, x.actor_type, {actor} AS actor,
-            CASE x.verdict WHEN {confirmed} THEN {_sql(EventKind.RECONCILED_CONFIRMED)}
-                           WHEN {not_found} THEN {_sql(EventKind.RECONCILED_NOT_FOUND)}
-                           ELSE {_sql(EventKind.RECONCILIATION_UNAVAILABLE)} END AS kind,
+            CASE x.verdict WHEN {confirmed} THEN {sql_literal(EventKind.RECONCILED_CONFIRMED)}
+                           WHEN {not_found} THEN {sql_literal(EventKind.RECONCILED_NOT_FOUND)}
+                           ELSE {sql_literal(EventKind.RECONCILIATION_UNAVAILABLE)} END AS kind,
             x.before,
             CASE x.verdict WHEN {confirmed} THEN {snapshot_sql(succeeded)}
                            WHEN {not_found} THEN {snapshot_sql(waiting)} ELSE x.before END AS after,
@@ -198,7 +198,7 @@ BEGIN
         FROM {verdicts} JOIN ledger_attempt a ON a.id = x.attempt JOIN ledger_job j ON j.id = x.job_pk
         WHERE {applied}
         UNION ALL
-        SELECT x.position, 2, x.job_pk, a.id, x.actor_type, {actor}, {_sql(EventKind.ATTEMPT_OPENED)},
+        SELECT x.position, 2, x.job_pk, a.id, x.actor_type, {actor}, {sql_literal(EventKind.ATTEMPT_OPENED)},
             jsonb_build_object('job', {waiting}), {snapshot_sql(pending)}, x.replay_note,
             jsonb_build_object('idempotency_key', x.idempotency_key, 'previous_attempt', x.number)
         FROM {verdicts} JOIN ledger_attempt a ON a.job_id = x.job_pk AND a.number = x.number + 1

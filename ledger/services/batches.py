@@ -22,8 +22,8 @@ from typing import Literal
 from django.db import transaction
 
 from ledger import fastpath
-from ledger.fastpath import EVERYTHING, Scope
 from ledger.models import Attempt
+from ledger.scope import EVERYTHING, Scope
 from ledger.services.errors import LedgerError
 from ledger.services.worker import (
     Lease,

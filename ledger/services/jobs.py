@@ -13,7 +13,8 @@ from ledger.actions import get_action
 from ledger.identifiers import InvalidIdentifier, validate_job_id
 from ledger.models import Job, JobTombstone
 from ledger.services.errors import InvalidJob, JobArchived, JobConflict
-from ledger.services.transitions import Batch, snapshot
+from ledger.services.transitions import Batch
+from ledger.snapshots import snapshot
 from ledger.states import ActorType, EventKind
 
 

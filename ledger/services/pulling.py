@@ -19,8 +19,8 @@ from collections.abc import Collection
 from django.db import connection, transaction
 
 from ledger import fastpath
-from ledger.fastpath import Scope
 from ledger.models import CLAIMABLE, Job
+from ledger.scope import Scope
 from ledger.services.errors import ClaimRefused
 from ledger.services.worker import Lease, claim_job
 

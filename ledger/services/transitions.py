@@ -36,6 +36,7 @@ from ledger.models import Attempt, Job, LedgerEvent
 from ledger.services.bulk import insert_objects, update_from_values
 from ledger.services.claimable import notify_claimable
 from ledger.services.errors import LedgerError
+from ledger.snapshots import snapshot
 from ledger.states import FINISHED_JOB, ActorType, EventKind, JobStatus
 
 
@@ -79,14 +80,6 @@ def latest_attempts(jobs) -> dict[int, Attempt]:
     """Each job's latest attempt, by job primary key, in one query."""
     attempts = Attempt.objects.filter(job_id__in=[job.pk for job in jobs]).latest_per_job()
     return {attempt.job_id: attempt for attempt in attempts}
-
-
-def snapshot(job: Job, attempt: Attempt | None) -> dict:
-    """What an event's `before` and `after` record (the fast path's functions build the same)."""
-    state = {"job": job.status}
-    if attempt is not None:
-        state |= {"attempt": attempt.number, **attempt.states}
-    return state
 
 
 # -- the batch ---------------------------------------------------------------------------------

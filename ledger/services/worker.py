@@ -19,10 +19,10 @@ from django.db import connection, transaction
 
 from ledger import endpoints, fastpath
 from ledger.actions import get_action, policy_of
-from ledger.fastpath import EVERYTHING, Scope
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import kept_time
+from ledger.scope import EVERYTHING, Scope
 from ledger.services.errors import (
     ClaimRefused,
     GateClosed,

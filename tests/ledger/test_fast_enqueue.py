@@ -1,4 +1,4 @@
-"""reckon_enqueue and the enqueue_claim_begin statement (ledger/fastpath.py): a new job that its
+"""reckon_enqueue (ledger/stepsql.py) and the enqueue_claim_begin statement (ledger/fastpath.py): a new job that its
 caller runs at once (the MCP gateway) is enqueued, claimed and begun in one round trip, writing
 exactly what enqueue_job (dispatch=False) and claim_and_begin write, and refusing what they refuse
 (an archived key: issue 40)."""

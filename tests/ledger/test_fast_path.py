@@ -1,6 +1,6 @@
 """The worker's ordinary steps run as one database round trip each (ledger/fastpath.py).
 
-The database functions must be the ones ledger/fastpath.py generates from ledger/states.py, must
+The database functions must be the ones ledger/stepsql.py generates from ledger/states.py, must
 write exactly what the general Python path writes, and must decline (change nothing) in every
 case the general path refuses or treats specially.
 """
@@ -20,7 +20,7 @@ from django.db.models import DateTimeField
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from ledger import fastpath, services
+from ledger import fastpath, services, stepsql
 from ledger.actions import _registry
 from ledger.invariants import find_violations, first_broken_event
 from ledger.models import Attempt, Job, LedgerEvent
@@ -46,9 +46,9 @@ def _migration_to_write() -> str:
     (_, leaf), = loader.graph.leaf_nodes("ledger")
     return (
         f"write migration ledger/migrations/{int(leaf[:4]) + 1:04d}_….py (after {leaf}): "
-        "migrations.RunSQL with the text of [f.create_sql for f in ledger.fastpath.step_functions()] "
+        "migrations.RunSQL with the text of [f.create_sql for f in ledger.stepsql.step_functions()] "
         "frozen into it (a migration never imports the generator), and the previous text as its reverse; "
-        "print the text with: python manage.py shell -c \"from ledger.fastpath import step_functions; "
+        "print the text with: python manage.py shell -c \"from ledger.stepsql import step_functions; "
         "print(*(f.create_sql for f in step_functions()))\""
     )
 
@@ -75,17 +75,17 @@ def _frozen_in_migrations() -> dict[str, tuple[str, str]]:
     return frozen
 
 
-def _drift_from_migrations(generated: list[fastpath.StepFunction]) -> list[str]:
+def _drift_from_migrations(generated: list[stepsql.StepFunction]) -> list[str]:
     frozen = _frozen_in_migrations()
     return [
-        f"{f.name}: ledger/fastpath.py generates a different function than migration "
+        f"{f.name}: ledger/stepsql.py generates a different function than migration "
         f"{frozen[f.name][0] if f.name in frozen else '(none)'} froze; {_migration_to_write()}"
         for f in generated
         if f.name not in frozen or _normalised(frozen[f.name][1]) != _normalised(f.create_sql)
     ]
 
 
-def _drift_from_database(generated: list[fastpath.StepFunction]) -> list[str]:
+def _drift_from_database(generated: list[stepsql.StepFunction]) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(
             """SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
@@ -100,23 +100,23 @@ def _drift_from_database(generated: list[fastpath.StepFunction]) -> list[str]:
     expected = {f.name: [[_normalised(part) for part in (f.arguments, f.RESULT, f.LANGUAGE, f.body)]]
                 for f in generated}
     return [
-        f"{name}: the database's function is not the one ledger/fastpath.py generates; {_migration_to_write()}"
+        f"{name}: the database's function is not the one ledger/stepsql.py generates; {_migration_to_write()}"
         for name in expected
         if installed.get(name) != expected[name]
     ]
 
 
 def test_the_installed_step_functions_are_the_generated_ones():
-    assert _drift_from_database(fastpath.step_functions()) == []
+    assert _drift_from_database(stepsql.step_functions()) == []
 
 
 def test_the_latest_migration_freezes_the_generated_step_functions():
-    assert _drift_from_migrations(fastpath.step_functions()) == []
+    assert _drift_from_migrations(stepsql.step_functions()) == []
 
 
 def test_a_rule_changed_in_python_but_not_in_a_migration_fails_and_says_which_migration_to_write(monkeypatch):
-    monkeypatch.setattr(fastpath, "FINISHED_JOB", fastpath.FINISHED_JOB[:2])  # e.g. a cancelled job claimable
-    changed = fastpath.step_functions()
+    monkeypatch.setattr(stepsql, "FINISHED_JOB", stepsql.FINISHED_JOB[:2])  # e.g. a cancelled job claimable
+    changed = stepsql.step_functions()
     for drift in (_drift_from_database(changed), _drift_from_migrations(changed)):
         # the rule is the one-job claim's and the batch claim's (one rule, read by both)
         assert [d.split(":")[0] for d in drift] == ["reckon_claim", "reckon_claim_many"]
@@ -128,19 +128,19 @@ def test_the_functions_snapshot_is_the_python_paths_snapshot():
     lease = services.claim_job(job_id="j", worker="w1")
     job, attempt = Job.objects.get(job_id="j"), Attempt.objects.get(pk=lease.attempt_id)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {fastpath.snapshot_sql('j.status')} FROM ledger_attempt a "
+        cursor.execute(f"SELECT {stepsql.snapshot_sql('j.status')} FROM ledger_attempt a "
                        "JOIN ledger_job j ON j.id = a.job_id WHERE a.id = %s", [attempt.pk])
         assert json.loads(cursor.fetchone()[0]) == snapshot(job, attempt)
         pinned = {"delivery_state": "queued", "execution_state": "not_started", "side_effect_state": "not_attempted"}
-        before = fastpath.snapshot_sql("'pending'", **pinned)  # the job's status as a literal too
+        before = stepsql.snapshot_sql("'pending'", **pinned)  # the job's status as a literal too
         cursor.execute(f"SELECT {before} FROM ledger_attempt a WHERE a.id = %s", [attempt.pk])
         assert json.loads(cursor.fetchone()[0]) == snapshot(Job(status="pending"), Attempt(number=1, **pinned))
 
 
 def test_the_before_snapshot_is_pinned_only_where_the_check_constraints_leave_one_state():
     with pytest.raises(ValueError, match="more than one state"):
-        fastpath.states_before(Execution.RUNNING)  # not_attempted or submitted: the old row would be needed
-    assert fastpath.states_before(Execution.RUNNING, "submitted") == {
+        stepsql.states_before(Execution.RUNNING)  # not_attempted or submitted: the old row would be needed
+    assert stepsql.states_before(Execution.RUNNING, "submitted") == {
         "delivery_state": "leased", "execution_state": "running", "side_effect_state": "submitted"}
 
 
