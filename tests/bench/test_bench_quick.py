@@ -72,8 +72,16 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
     rate_limit = report["rate_limit"]
     assert rate_limit["requests"] >= rate_limit["jobs"] and rate_limit["seconds"] >= rate_limit["ideal_s"] * 0.9
     # MCP tool calls through the gateway and directly, 1 and 4 clients
-    assert [row["clients"] for row in report["mcp"]] == [1, 4]
-    assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"])
+    assert [row["clients"] for row in report["mcp"]["rows"]] == [1, 4]
+    assert all(row["direct_calls_per_s"] > 0 and row["gateway_calls_per_s"] > 0 for row in report["mcp"]["rows"])
+    # ... beside the peers a team would pick, each of which made calls, and the journal alone
+    assert [(row["system"], row["clients"]) for row in report["mcp"]["systems"]] == [
+        (system, clients) for clients in (1, 4)
+        for system in ("direct", "reckon gateway", "passthrough", "fastmcp", "fastmcp-reused")]
+    assert all(row["calls_per_s"] > 0 for row in report["mcp"]["systems"])
+    assert all(row["wal_bytes_per_call"] > 0 for row in report["mcp"]["systems"] if row["system"] == "reckon gateway")
+    journal = report["mcp"]["journal"]
+    assert journal["calls"] > 0 and journal["p50_ms"] > 0 and journal["wal_bytes_per_call"] > 0
     # Reckon beside its peers, each counted in its own tables (bench/peers.py refuses a figure otherwise)
     assert [(row["system"], row["processes"]) for row in report["peers"]["rows"]] == [
         (system, 4) for system in ("reckon ledger cycle", "reckon enqueue + ledger cycle", "reckon batched cycle (50)",
@@ -95,7 +103,8 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
         assert row["windows_during"] >= 1, row  # the cycle measured for as long as the pass ran
     assert set(report["targets"]) == {"cycle_ratio_at_4", "http_ratio_at_4", "e2e_ratio", "reconcile_ratio", "page_growth",
                                       "selection_growth", "drain_0ms_ratio", "drain_latency_ratio",
-                                      "rate_limit_drain_vs_ideal", "rate_limit_share_429", "mcp_added_p50_ms_at_1",
+                                      "rate_limit_drain_vs_ideal", "rate_limit_share_429",
+                                      "mcp_added_over_passthrough_and_journal_ms_at_1", "mcp_journal_p50_ms",
                                       "mcp_ratio_at_4", "batch_http_ratio_at_4", "peers_agent_once_ratio_at_4",
                                       "peers_pgbench_ratio_at_4", "retention_cycle_ratio",
                                       "history_page_growth"}
