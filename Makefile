@@ -26,7 +26,7 @@ unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench]"
+	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench,frameworks]"
 	rm -rf build *.egg-info
 	touch $(STAMP)
 
@@ -38,6 +38,14 @@ OIDC_PROVIDER := tests/oidc/node_modules/.package-lock.json
 $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 	cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error
 
+# LangGraph's agent (tests/frameworks/test_langgraph.py) in an environment of its own: its MCP adapter
+# requires mcp<2, the server pins 2.3.0 (tests/frameworks/langgraph/requirements.txt, pinned).
+LANGGRAPH := tests/frameworks/langgraph/.venv/.installed
+$(LANGGRAPH): tests/frameworks/langgraph/requirements.txt
+	test -x tests/frameworks/langgraph/.venv/bin/python || $(PYTHON) -m venv tests/frameworks/langgraph/.venv
+	tests/frameworks/langgraph/.venv/bin/python -m pip install --quiet --no-compile -r $<
+	touch $@
+
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
 # child process on a free port. Much of the suite waits on real processes, so a third worker helps
@@ -46,7 +54,7 @@ $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 # in the order collected, the longest first (tests/conftest.py LONGEST_FIRST), not xdist's default
 # (most tests first), which started the longest last.
 TEST_WORKERS ?= 3
-test: $(STAMP) $(OIDC_PROVIDER)
+test: $(STAMP) $(OIDC_PROVIDER) $(LANGGRAPH)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
