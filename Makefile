@@ -46,6 +46,12 @@ $(LANGGRAPH): tests/frameworks/langgraph/requirements.txt
 	tests/frameworks/langgraph/.venv/bin/python -m pip install --quiet --no-compile -r $<
 	touch $@
 
+# The Vercel AI SDK's example agent (examples/frameworks/vercel-ai: ai and @ai-sdk/mcp, pinned by its
+# lock file), which tests/frameworks/test_vercel_ai.py runs.
+VERCEL_AI := examples/frameworks/vercel-ai/node_modules/.package-lock.json
+$(VERCEL_AI): examples/frameworks/vercel-ai/package.json examples/frameworks/vercel-ai/package-lock.json
+	cd examples/frameworks/vercel-ai && npm ci --no-audit --no-fund --loglevel=error
+
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
 # child process on a free port. Much of the suite waits on real processes, so a third worker helps
@@ -54,7 +60,7 @@ $(LANGGRAPH): tests/frameworks/langgraph/requirements.txt
 # in the order collected, the longest first (tests/conftest.py LONGEST_FIRST), not xdist's default
 # (most tests first), which started the longest last.
 TEST_WORKERS ?= 3
-test: $(STAMP) $(OIDC_PROVIDER) $(LANGGRAPH)
+test: $(STAMP) $(OIDC_PROVIDER) $(LANGGRAPH) $(VERCEL_AI)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(DEV) $(BIN)/python manage.py check --fail-level WARNING
