@@ -7,6 +7,7 @@ process of its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -27,8 +28,11 @@ def run(url: str, token: str, tool: str, *calls: dict) -> dict:
     """The agent's run, in LangGraph's environment: its output, the tools its model was given and what
     the model was told of each call."""
     assert PYTHON.exists(), f"LangGraph's environment is missing: make {HERE / '.venv' / '.installed'}"
+    # Its bytecode cached, whatever this machine's environment says (the Makefile's note): langchain's
+    # modules compiled on every run cost seconds each time.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run([str(PYTHON), str(HERE / "drive.py"), url, token, tool, json.dumps(calls)],
-                          capture_output=True, text=True, timeout=180, check=False)
+                          capture_output=True, text=True, timeout=180, check=False, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
