@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from agents import Runner, set_tracing_disabled
 from agents.items import ToolCallOutputItem
+from agents.mcp import MCPServerStreamableHttp
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from examples.frameworks.openai_agents_agent import reckon_agent, reckon_server
@@ -94,8 +95,7 @@ def test_with_the_sdks_default_timeout_the_model_reads_a_generic_error(gateway, 
     """Why the guide sets client_session_timeout_seconds."""
     tool = listed_name(gateway.url, token, "slow", "create_note")
     arguments = {"title": title, "body": "held", "hold": title}
-    server = reckon_server(gateway.url, token)
-    server.client_session_timeout_seconds = 5  # the SDK's default
+    server = MCPServerStreamableHttp({"url": gateway.url, "headers": {"Authorization": f"Bearer {token}"}})  # defaults
 
     try:
         _, [answer] = run(calling(tool, arguments), server, f"work-{title}")
