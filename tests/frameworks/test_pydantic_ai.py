@@ -17,6 +17,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from approvals.models import ApprovalRequest
+from approvals.services import approve
 from examples.frameworks.pydantic_ai_agent import reckon_agent
 from ledger.models import Job
 from ledger.states import JobStatus
@@ -96,7 +98,8 @@ def test_an_unknown_call_called_again_by_the_model_is_not_repeated_and_the_run_e
     assert job_of(title).status == JobStatus.NEEDS_RECONCILIATION
 
 
-def test_a_held_call_is_told_to_the_model_and_stays_held(gateway, upstream, token, title):
+def test_a_held_call_is_told_to_the_model_stays_held_and_runs_once_a_second_person_approves(
+        gateway, upstream, token, title, approver):
     tool = listed_name(gateway.url, token, "payments", "create_note")  # irreversible: a person approves first
     arguments = {"title": title, "body": "pay"}
     agent = reckon_agent(calling(tool, arguments, arguments), gateway.url, token)
@@ -107,6 +110,13 @@ def test_a_held_call_is_told_to_the_model_and_stays_held(gateway, upstream, toke
     assert [outcome for outcome, _ in answers] == ["failed", "failed"]
     assert all("awaiting approval" in text for _, text in answers)
     assert upstream.notes(title) == 0 and job_of(title).status == JobStatus.AWAITING_APPROVAL
+
+    approve(request_id=ApprovalRequest.objects.get(job=job_of(title)).pk, user=approver, note="checked: pay")
+    run = reckon_agent(calling(tool, arguments, arguments), gateway.url, token).run_sync("pay", deps=f"work-{title}")
+
+    [(ran, first), (again, second)] = told(run.all_messages())
+    assert ran == again == "success" and title in first and first == second
+    assert upstream.notes(title) == 1 and job_of(title).status == JobStatus.SUCCEEDED
 
 
 def test_with_pydantic_ais_defaults_calling_again_as_the_gateway_advises_ends_the_run(gateway, upstream, token, title):
