@@ -4,6 +4,10 @@ package driving the calls with its own test model (no LLM)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -12,9 +16,10 @@ import pytest
 
 from api.tokens import worker_token_create
 from gateway.config import load_upstreams
+from ledger.models import Job
 from tests.conftest import token_issuer
 from tests.gateway.conftest import UPSTREAM, Gateway, Upstream, answers, list_tools
-from tests.processes import ManagedProcess, free_port, wait_for
+from tests.processes import ROOT, ManagedProcess, free_port, wait_for
 
 # notes: a reversible tool the gateway gives 2 s (a held call becomes unknown quickly); keyed: its
 # key only from the call's _meta; slow: 6 s, past the OpenAI Agents SDK's default 5 s client
@@ -112,8 +117,43 @@ def title() -> str:
     return f"note-{uuid.uuid4().hex[:8]}"
 
 
+def job_of(title: str) -> Job:
+    """The job of the call whose arguments carry this title."""
+    return Job.objects.get(payload__arguments__title=title)
+
+
 def listed_name(url: str, token: str, upstream: str, tool: str) -> str:
     """The name tools/list gives an upstream's tool, whatever the gateway's naming rule joins them with."""
     [name] = [name for name in list_tools(url, token)
               if name.startswith(upstream) and name.endswith(tool) and len(name) == len(upstream) + 1 + len(tool)]
     return name
+
+
+LANGGRAPH = Path(__file__).with_name("langgraph")  # its environment and its driver
+LANGGRAPH_PYTHON = LANGGRAPH / ".venv" / "bin" / "python"
+
+
+def run_langgraph(url: str, token: str, tool: str, *calls: dict) -> dict:
+    """The agent's run, in LangGraph's environment: its output, the tools its model was given and what
+    the model was told of each call."""
+    assert LANGGRAPH_PYTHON.exists(), f"LangGraph's environment is missing: make {LANGGRAPH / '.venv' / '.installed'}"
+    # Its bytecode cached, whatever this machine's environment says (the Makefile's note): langchain's
+    # modules compiled on every run cost seconds each time.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run([str(LANGGRAPH_PYTHON), str(LANGGRAPH / "drive.py"), url, token, tool, json.dumps(calls)],
+                          capture_output=True, text=True, timeout=180, check=False, env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+VERCEL_AI = ROOT / "examples" / "frameworks" / "vercel-ai"
+VERCEL_AI_DRIVE = Path(__file__).with_name("vercel_drive.mjs")
+
+
+def run_vercel_ai(url: str, token: str, tool: str, *calls: dict) -> dict:
+    """The agent's run under Node: its output, the tools its model was given and what it was told."""
+    assert (VERCEL_AI / "node_modules" / ".package-lock.json").exists(), f"make {VERCEL_AI / 'node_modules' / '.package-lock.json'}"
+    done = subprocess.run([shutil.which("node"), str(VERCEL_AI_DRIVE), url, token, tool, json.dumps(calls)],
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -21,7 +21,7 @@ from pydantic_ai.models.function import FunctionModel
 from examples.frameworks.openai_agents_agent import reckon_agent as openai_agent
 from examples.frameworks.openai_agents_agent import reckon_server
 from examples.frameworks.pydantic_ai_agent import reckon_agent as pydantic_agent
-from tests.frameworks import test_langgraph, test_vercel_ai
+from tests.frameworks.conftest import run_langgraph, run_vercel_ai
 from tests.gateway.conftest import answers
 from tests.processes import ROOT, ManagedProcess, free_port, wait_for
 
@@ -92,9 +92,9 @@ def test_each_frameworks_client_declares_what_the_page_says(recorded, token):
 
     asyncio.run(openai_run())
     rows["OpenAI Agents SDK"] = declared(since())
-    test_langgraph.run(url, token, "none")
+    run_langgraph(url, token, "none")
     rows["LangGraph (langchain-mcp-adapters)"] = declared(since())
-    test_vercel_ai.run(url, token, "none")
+    run_vercel_ai(url, token, "none")
     rows["Vercel AI SDK (@ai-sdk/mcp)"] = declared(since())
 
     missing = [f"| {client} {row}" for client, row in rows.items() if f"| {client} {row}" not in page]

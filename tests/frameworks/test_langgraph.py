@@ -6,39 +6,14 @@ process of its own."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from ledger.models import Job
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import listed_name
+from tests.frameworks.conftest import job_of, listed_name
+from tests.frameworks.conftest import run_langgraph as run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-HERE = Path(__file__).with_name("langgraph")
-PYTHON = HERE / ".venv" / "bin" / "python"
-
-
-def run(url: str, token: str, tool: str, *calls: dict) -> dict:
-    """The agent's run, in LangGraph's environment: its output, the tools its model was given and what
-    the model was told of each call."""
-    assert PYTHON.exists(), f"LangGraph's environment is missing: make {HERE / '.venv' / '.installed'}"
-    # Its bytecode cached, whatever this machine's environment says (the Makefile's note): langchain's
-    # modules compiled on every run cost seconds each time.
-    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-    done = subprocess.run([str(PYTHON), str(HERE / "drive.py"), url, token, tool, json.dumps(calls)],
-                          capture_output=True, text=True, timeout=180, check=False, env=environment)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def job_of(title: str) -> Job:
-    return Job.objects.get(payload__arguments__title=title)
 
 
 def test_it_runs_the_call_once_and_the_same_call_again_is_answered_from_the_ledger(gateway, upstream, token, title):

@@ -13,12 +13,12 @@ from agents.mcp import MCPServerStreamableHttp
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from examples.frameworks.openai_agents_agent import reckon_agent, reckon_server
-from ledger.models import Job
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import listed_name
+from tests.frameworks.conftest import job_of, listed_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
 
 set_tracing_disabled(True)  # no traces sent anywhere from the tests
 
@@ -40,10 +40,6 @@ def run(model: ScriptedModel, server, work: str) -> tuple[str, list[str]]:
 
     result = asyncio.run(go())
     return result.final_output, [str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-
-
-def job_of(title: str) -> Job:
-    return Job.objects.get(payload__arguments__title=title)
 
 
 def test_it_runs_the_call_once_and_the_same_call_again_is_answered_from_the_ledger(gateway, upstream, token, title):

@@ -20,10 +20,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from approvals.models import ApprovalRequest
 from approvals.services import approve
 from examples.frameworks.pydantic_ai_agent import reckon_agent
-from ledger.models import Job
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import listed_name
+from tests.frameworks.conftest import job_of, listed_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -45,10 +44,6 @@ def told(messages: list[ModelMessage]) -> list[tuple[str, str]]:
     """What the model was told of each call: (outcome, text)."""
     return [(getattr(part, "outcome", "retry-prompt"), part.model_response_str())
             for message in messages for part in message.parts if isinstance(part, ToolReturnPart | RetryPromptPart)]
-
-
-def job_of(title: str) -> Job:
-    return Job.objects.get(payload__arguments__title=title)
 
 
 def test_it_runs_the_call_once_and_the_same_call_again_is_answered_from_the_ledger(gateway, upstream, token, title):

@@ -4,36 +4,14 @@ an LLM) through the gateway with @ai-sdk/mcp, set up as docs/agents/frameworks/v
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from ledger.models import Job
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import listed_name
-from tests.processes import ROOT
+from tests.frameworks.conftest import job_of, listed_name
+from tests.frameworks.conftest import run_vercel_ai as run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-EXAMPLE = ROOT / "examples" / "frameworks" / "vercel-ai"
-DRIVE = Path(__file__).with_name("vercel_drive.mjs")
-
-
-def run(url: str, token: str, tool: str, *calls: dict) -> dict:
-    """The agent's run under Node: its output, the tools its model was given and what it was told."""
-    assert (EXAMPLE / "node_modules" / ".package-lock.json").exists(), f"make {EXAMPLE / 'node_modules'}"
-    done = subprocess.run([shutil.which("node"), str(DRIVE), url, token, tool, json.dumps(calls)],
-                          capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def job_of(title: str) -> Job:
-    return Job.objects.get(payload__arguments__title=title)
 
 
 def test_it_runs_the_call_once_and_the_same_call_again_is_answered_from_the_ledger(gateway, upstream, token, title):
