@@ -26,7 +26,7 @@ unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench]"
+	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench,frameworks]"
 	rm -rf build *.egg-info
 	touch $(STAMP)
 
@@ -38,6 +38,20 @@ OIDC_PROVIDER := tests/oidc/node_modules/.package-lock.json
 $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 	cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error
 
+# LangGraph's agent (tests/frameworks/test_langgraph.py) in an environment of its own: its MCP adapter
+# requires mcp<2, the server pins 2.3.0 (tests/frameworks/langgraph/requirements.txt, pinned).
+LANGGRAPH := tests/frameworks/langgraph/.venv/.installed
+$(LANGGRAPH): tests/frameworks/langgraph/requirements.txt
+	test -x tests/frameworks/langgraph/.venv/bin/python || $(PYTHON) -m venv tests/frameworks/langgraph/.venv
+	tests/frameworks/langgraph/.venv/bin/python -m pip install --quiet --no-compile -r $<
+	touch $@
+
+# The Vercel AI SDK's example agent (examples/frameworks/vercel-ai: ai and @ai-sdk/mcp, pinned by its
+# lock file), which tests/frameworks/test_vercel_ai.py runs.
+VERCEL_AI := examples/frameworks/vercel-ai/node_modules/.package-lock.json
+$(VERCEL_AI): examples/frameworks/vercel-ai/package.json examples/frameworks/vercel-ai/package-lock.json
+	cd examples/frameworks/vercel-ai && npm ci --no-audit --no-fund --loglevel=error
+
 # The suite runs on TEST_WORKERS pytest-xdist workers, a file at a time each (module fixtures are
 # started once), each worker on its own test database (pytest-django suffixes its name) and every
 # child process on a free port. Much of the suite waits on real processes, so a third worker helps
@@ -46,7 +60,7 @@ $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 # in the order collected, the longest first (tests/conftest.py LONGEST_FIRST), not xdist's default
 # (most tests first), which started the longest last.
 TEST_WORKERS ?= 3
-test: $(STAMP) $(OIDC_PROVIDER)
+test: $(STAMP) $(OIDC_PROVIDER) $(LANGGRAPH) $(VERCEL_AI)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layer contract: [tool.importlinter] in pyproject.toml
 	$(BIN)/mypy  # the types: [tool.mypy] in pyproject.toml
