@@ -52,7 +52,8 @@ class NameHistory:
     def __init__(self, names):
         names = set(names)
         self.users = list(get_user_model().objects.filter(
-            Q(username__in=names) | Q(former_usernames__username__in=names)).distinct().prefetch_related("former_usernames"))
+            Q(username__in=names) | Q(former_usernames__username__in=names)).distinct()
+            .order_by("-pk").prefetch_related("former_usernames"))  # newest first: its date_joined decides
 
     def account(self, name: str, at: datetime | None = None):
         """The account called `name` at `at` (None: now), or None."""
@@ -62,7 +63,9 @@ class NameHistory:
         return None
 
     @staticmethod
-    def _name_at(user, at: datetime | None) -> str:
+    def _name_at(user, at: datetime | None) -> str | None:
+        if at is not None and user.date_joined > at:
+            return None  # made since: a newcomer who took a former name is not who wrote under it
         if at is not None:
             for former in sorted(user.former_usernames.all(), key=lambda row: row.until):
                 if former.until > at:

@@ -174,6 +174,10 @@ def test_a_rename_in_the_admin_before_any_request_does_not_lift_the_exclusion(cl
 
     _refused(request, approver, r"four eyes: abe.k escalated this job \(at .+\) and cannot approve it")
     assert f"account:{approver.pk}" in request.excluded_identities  # and so the database refuses him too
+    # A newcomer who takes the name abe did not escalate anything: the account decides, not the name.
+    newcomer = _persona("abe", "approvers")
+    approvals.approve(request_id=request.pk, user=newcomer, note="I was not here when it was escalated")
+    assert latest_attempt("t6").number == 2
 
 
 def test_a_hold_is_no_decision_who_only_held_the_job_may_approve(transfer, olga, approver):
