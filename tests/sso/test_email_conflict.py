@@ -14,6 +14,7 @@ from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from approvals.identities import identities_of
 from config.settings import oidc_apps
 from console.models import SignInEvent
 from tests.oidc.harness import CLIENT_ID, CLIENT_SECRET, IdentityProvider
@@ -21,7 +22,8 @@ from tests.oidc.harness import CLIENT_ID, CLIENT_SECRET, IdentityProvider
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 PROVIDER = "testidp"
-USERS = {"op_a": {"password": "op-a-at-the-idp", "email": "op_a@example.test", "groups": ["reckon-operators"]}}
+USERS = {"op_a": {"password": "op-a-at-the-idp", "email": "op_a@example.test", "groups": ["reckon-operators"]},
+         "op_b": {"password": "op-b-at-the-idp", "email": "op_b@example.test", "groups": ["reckon-operators"]}}
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,19 @@ def test_a_first_sign_in_with_an_e_mail_an_account_has_gets_a_page_and_the_trail
     signed_in = SignInEvent.objects.get(kind=SignInEvent.SIGNED_IN)
     assert (signed_in.username, signed_in.user_pk, signed_in.method) == ("op_a", local.pk, PROVIDER)
     assert set(local.groups.values_list("name", flat=True)) == {"operators"}  # the provider's groups apply
+
+
+def test_a_twin_made_at_a_first_sign_in_is_linked_to_the_local_account_as_one_person(sso, live_server):
+    local = User.objects.create_user("op_b", password="pw-op_b-local")  # no e-mail address: no conflict
+
+    answer = sign_in_through_provider(live_server, "op_b")
+
+    assert answer.status_code == 200 and answer.url == f"{live_server.url}/"
+    twin = User.objects.get(socialaccount__provider=PROVIDER, socialaccount__uid="op_b")
+    assert twin.username == "op_b@testidp" and twin != local  # the name was taken: never joined by name
+    assert identities_of(local) == [f"account:{local.pk}"]
+
+    User.objects.create_superuser("root", password="pw-root-long")
+    call_command("link_accounts", "link", "op_b", "op_b@testidp", "--by", "root")
+    assert identities_of(local) == identities_of(twin) == sorted(
+        [f"account:{local.pk}", f"account:{twin.pk}", f"{sso.issuer}#op_b"])
