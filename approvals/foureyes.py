@@ -6,10 +6,12 @@ Excluded are the requesters of every approval request of the job, the people who
 (operators' and approvers' decisions; not comments, not holds), the author of the payload being
 replayed, and the issuers of the worker tokens whose workers or agents wrote into its history,
 each with their linked sign-in identities. People are matched by account and identity
-(`identities_of`: `account:<pk>` and provider subjects), never by the name they go by now.
+(`identities_of`: `account:<pk>` of every account of the person, and provider subjects), never by
+the name they go by now.
 
-Events name people by username only, so a decision's author is found by the name it was made
-under; each approval request records the identities excluded when it was opened
+Events name people by username only, so a decision's author is the account that had the name
+when it was made (approvals.identities.NameHistory: a rename is kept by a database trigger); each
+approval request records the identities excluded when it was opened
 (`excluded_identities`), and the next request of the job carries them forward, so a rename after
 that cannot lift an exclusion. The database refuses a decision by an excluded account or identity
 (the `approval_four_eyes_history` trigger, FOUR_EYES_HISTORY).
@@ -20,9 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth import get_user_model
-
-from approvals.identities import ACCOUNT, identities_of
+from approvals.identities import ACCOUNT, NameHistory, identities_of
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.hooks import Hook
 from ledger.models import Job, LedgerEvent
@@ -91,11 +91,11 @@ def excluded_from_approving(job: Job, *, acting: str = "") -> list[Excluded]:
     events = list(LedgerEvent.objects.filter(job=job).order_by("id").values_list("kind", "actor", "actor_type", "at"))
     deciders = {actor for kind, actor, actor_type, _ in events
                 if actor_type in (ActorType.OPERATOR, ActorType.APPROVER) and kind not in NOT_DECISIONS}
-    by_name = {user.get_username(): user for user in get_user_model().objects.filter(username__in=deciders)}
+    names = NameHistory(deciders)  # an event's actor is the account that had the name then
     issuers: dict[str, object] = {}
     for kind, actor, actor_type, at in events + ([("", acting, "", None)] if acting else []):
         if actor in deciders and actor_type in (ActorType.OPERATOR, ActorType.APPROVER) and kind not in NOT_DECISIONS:
-            add(by_name.get(actor), DID.get(kind, f"decided on this job ({kind.replace('_', ' ')})"), at,
+            add(names.account(actor, at), DID.get(kind, f"decided on this job ({kind.replace('_', ' ')})"), at,
                 _FIRST.get(kind, len(DID)))
         if actor not in issuers:
             issuers[actor] = token_issuer(actor)

@@ -23,19 +23,22 @@ class ApprovalStatus(models.TextChoices):
     WITHDRAWN = "withdrawn"
 
 
-# The decider is none of the accounts and identities this request recorded as excluded by the job's
-# history (approvals.foureyes) when it was opened and decided, nor of those an earlier request of
-# the same job asked for or recorded: an "ask again" after an expiry starts from that history.
+# The decider, or an account linked to theirs (AccountLink: one person), is none of the accounts and
+# identities this request or another request of the same job asked for or recorded as excluded by
+# the job's history (approvals.foureyes): an "ask again" after an expiry starts from that history.
+# (The request's own requester is refused by the CHECK constraints first, with their own names.)
 FOUR_EYES_HISTORY = """
-IF NEW.decided_by_id IS NOT NULL AND (
-    '{ACCOUNT}' || NEW.decided_by_id = ANY(NEW.excluded_identities)
-    OR NEW.decided_by_identities && NEW.excluded_identities
-    OR EXISTS (
-        SELECT 1 FROM approvals_approvalrequest earlier
-        WHERE earlier.job_id = NEW.job_id AND earlier.id <> NEW.id AND (
-            earlier.requested_by_id = NEW.decided_by_id
-            OR '{ACCOUNT}' || NEW.decided_by_id = ANY(earlier.requested_by_identities || earlier.excluded_identities)
-            OR NEW.decided_by_identities && (earlier.requested_by_identities || earlier.excluded_identities)))
+IF NEW.decided_by_id IS NOT NULL AND EXISTS (
+    SELECT 1
+    FROM approvals_approvalrequest request,
+         (SELECT NEW.decided_by_id AS id
+          UNION SELECT twin.user_id FROM approvals_accountlink mine
+                JOIN approvals_accountlink twin ON twin.person = mine.person
+                WHERE mine.user_id = NEW.decided_by_id) decider
+    WHERE request.job_id = NEW.job_id AND (
+        request.requested_by_id = decider.id
+        OR '{ACCOUNT}' || decider.id = ANY(request.requested_by_identities || request.excluded_identities)
+        OR NEW.decided_by_identities && (request.requested_by_identities || request.excluded_identities))
 ) THEN
     RAISE EXCEPTION 'approval_four_eyes_history: the history of job row % excludes account % from deciding it',
         NEW.job_id, NEW.decided_by_id USING ERRCODE = 'check_violation';
@@ -112,3 +115,33 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"approval {self.pk} for {self.job_id} ({self.status})"
+
+
+class AccountLink(models.Model):
+    """Accounts that are one person (a local account and its sign-in provider twin, `op_a` and
+    `op_a@testidp`): four eyes treats them as one, in code (approvals.identities) and in the
+    database (FOUR_EYES_HISTORY). Linked by an administrator (`manage.py link_accounts`); the
+    accounts of one person share `person`. An account linked to nobody has no row."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="person_link")
+    person = models.BigIntegerField(db_index=True, help_text="The same number for every account of one person.")
+    linked_by = models.CharField(max_length=150)
+    linked_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"account {self.user_id} is person {self.person}"
+
+
+class FormerUsername(models.Model):
+    """A name an account went by until a rename (written by a database trigger on the user table,
+    whichever way the rename came: /admin/, a shell, SQL; installed on Django's auth_user by
+    migration 0004). Events name people by username: this is
+    how an event's actor is matched to the account that had the name then (approvals.identities)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="former_usernames")
+    username = models.CharField(max_length=150, db_index=True)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"account {self.user_id} was {self.username} until {self.until:%Y-%m-%d %H:%M:%S}"
+

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
-
 from approvals.foureyes import token_issuer
+from approvals.identities import account_named
 from approvals.services import open_approval_request, withdraw_pending_for
 from ledger.actions import policy_of
 from ledger.models import Attempt, Job, LedgerEvent
@@ -190,13 +189,12 @@ def _person_behind(job: Job, attempt: Attempt):
     "Retry reconciliation" sent this attempt back to the reconciler, or else the issuer of the
     worker token whose worker or agent began the attempt (the event is append-only, and its actor
     names the token)."""
-    actors = dict(
-        LedgerEvent.objects.filter(job=job, attempt=attempt, kind__in=[
-            EventKind.OPERATOR_RETRIED_RECONCILIATION, EventKind.SIDE_EFFECT_STARTED])
-        .order_by("id").values_list("kind", "actor")
-    )
+    actors = {kind: (actor, at) for kind, actor, at in
+              LedgerEvent.objects.filter(job=job, attempt=attempt, kind__in=[
+                  EventKind.OPERATOR_RETRIED_RECONCILIATION, EventKind.SIDE_EFFECT_STARTED])
+              .order_by("id").values_list("kind", "actor", "at")}
     retried = actors.get(EventKind.OPERATOR_RETRIED_RECONCILIATION)
     if retried is not None:
-        return get_user_model().objects.filter(username=retried).first()
+        return account_named(*retried)  # who had the name then: a rename since changes nothing
     began = actors.get(EventKind.SIDE_EFFECT_STARTED)
-    return token_issuer(began) if began else None
+    return token_issuer(began[0]) if began else None

@@ -1,15 +1,21 @@
 """django-allauth's hooks, for Reckon: people come from identity providers only (no sign-up
-pages), their roles and tenants follow the provider's groups at every sign-in, and every failed
-provider sign-in is on the trail."""
+pages), their roles and tenants follow the provider's groups at every sign-in, a first sign-in
+whose e-mail address an account already has is refused with a page that says what to do, and every
+failed provider sign-in is on the trail."""
 
 from __future__ import annotations
 
+import operator
 import time
+from functools import reduce
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.utils import user_username
+from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.shortcuts import render
 
 from approvals.identities import issuer_of
@@ -47,6 +53,31 @@ class NoSignUp(DefaultAccountAdapter):
 class ProviderSignIn(DefaultSocialAccountAdapter):
     def is_open_for_signup(self, request, sociallogin) -> bool:
         return True
+
+    def pre_social_login(self, request, sociallogin) -> None:
+        """A first sign-in whose e-mail address an existing account has makes no account and links
+        none (the address alone proves nothing about who holds that account): the person is told to
+        ask an administrator (`manage.py link_accounts subject`), and the trail records it. Without
+        this, allauth sends them to a sign-up form Reckon does not have."""
+        if sociallogin.is_existing:
+            return
+        addresses = sorted({address.email for address in sociallogin.email_addresses if address.email})
+        if not addresses:
+            return
+        same_address = reduce(operator.or_, (Q(email__iexact=address) for address in addresses))
+        holders = sorted(get_user_model()._default_manager.filter(same_address).values_list("username", flat=True))
+        if not holders:
+            return
+        account = sociallogin.account
+        name = settings.RECKON_OIDC_NAMES.get(account.provider, account.provider)
+        trail.record(request, SignInEvent.FAILED, username=holders[0], method=account.provider,
+                     issuer=issuer_of(account), subject=account.uid,
+                     detail=(f"first sign-in through {name}: its e-mail address {', '.join(addresses)} is that of the "
+                             f"Reckon account {', '.join(holders)}; no account was made or linked. An administrator "
+                             f"links them: manage.py link_accounts subject {holders[0]} --provider {account.provider} "
+                             f"--subject {account.uid} --by ADMIN")[:2000])
+        raise ImmediateHttpResponse(render(request, "sso/email_taken.html", {
+            "name": name, "addresses": addresses, "provider": account.provider, "subject": account.uid}, status=409))
 
     def populate_user(self, request, sociallogin, data):
         """The provider's preferred username when it is free; otherwise it with the provider's id

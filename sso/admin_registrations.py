@@ -11,6 +11,7 @@ from allauth.socialaccount.admin import SocialAccountAdmin
 from allauth.socialaccount.models import SocialAccount, SocialApp, SocialToken
 from django.contrib import admin
 
+from approvals.models import AccountLink, FormerUsername
 from console.admin import ReadOnlyAdmin, _read_only
 from console.models import SignInEvent
 
@@ -25,3 +26,16 @@ class SignInEventAdmin(ReadOnlyAdmin):
     list_display = ("id", "at", "kind", "username", "method", "subject", "address")
     list_filter = ("kind", "method")
     search_fields = ("=username", "=subject")
+
+
+# Linked with `manage.py link_accounts` (sso.accounts, on the admin trail); shown here, not edited.
+@admin.register(AccountLink)
+class AccountLinkAdmin(ReadOnlyAdmin):
+    list_display = ("person", "user", "linked_by", "linked_at")
+    search_fields = ("=user__username",)
+
+
+@admin.register(FormerUsername)
+class FormerUsernameAdmin(ReadOnlyAdmin):
+    list_display = ("user", "username", "until")
+    search_fields = ("=username", "=user__username")

@@ -11,6 +11,7 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -45,13 +46,19 @@ def is_break_glass(user) -> bool:
 
 
 class PasswordSignInForm(AuthenticationForm):
-    def confirm_login_allowed(self, user) -> None:
-        super().confirm_login_allowed(user)
-        if settings.RECKON_SSO_ONLY and not is_break_glass(user):
-            trail.record(self.request, SignInEvent.FAILED, user=user,
-                         detail="password sign-in is off (RECKON_SSO_ONLY) and this is no break-glass account")
+    def clean(self):
+        """With SSO only, a username that is no break-glass account is refused before its password
+        is looked at: one answer for a right and a wrong password (and for no such account), with no
+        password hash computed, counted as a failed sign-in (django-axes, the trail)."""
+        username = self.cleaned_data.get("username")
+        if settings.RECKON_SSO_ONLY and username is not None and username not in settings.RECKON_BREAK_GLASS_ACCOUNTS:
+            user_login_failed.send(sender=__name__, request=self.request, credentials={
+                "username": username,
+                "reckon_detail": "password sign-in is off (RECKON_SSO_ONLY) and this is no break-glass account; "
+                                 "the password was not checked"})
             names = " or ".join(p["name"] for p in providers())
             raise ValidationError(f"Password sign-in is off here: sign in through {names}.", code="sso_only")
+        return super().clean()
 
 
 class SignInView(LoginView):

@@ -1,4 +1,4 @@
-"""Issue 42, item 1: four eyes holds for the job's whole history, not for one approval request.
+"""Issue 42, item 1 (and the review's gaps): four eyes holds for the job's whole history, not for one approval request.
 
 After a request expires, a colleague's routine "Ask for approval again" makes the colleague the
 requester; the person who caused the replay (marked it not found, wrote the corrected payload,
@@ -142,7 +142,8 @@ def test_a_rename_in_the_admin_does_not_lift_the_exclusion(client, transfer, olg
     assert olga.username == "olga.k"
     again = _expire_and_ask_again("t4", colleague)
 
-    _refused(again, olga, r"four eyes: olga.k requested approval \d+ of this job's replay \(at .+\) and cannot")
+    # Matched on her account: the event she made under her old name is still hers.
+    _refused(again, olga, r"four eyes: olga.k marked this job not found \(at .+\) and cannot")
 
 
 def test_the_database_refuses_a_decision_by_someone_the_history_excludes(transfer, olga, colleague):
@@ -156,3 +157,39 @@ def test_the_database_refuses_a_decision_by_someone_the_history_excludes(transfe
                            " decided_by_id = %s, excluded_identities = '{}' WHERE id = %s", [olga.pk, again.pk])
     again.refresh_from_db()
     assert again.status == "pending"
+
+
+def test_a_rename_in_the_admin_before_any_request_does_not_lift_the_exclusion(client, transfer, olga, approver,
+                                                                            admin_user):
+    """Events name people by username: abe's escalation still names him after /admin/ calls him abe.k,
+    though no approval request recorded his account before the rename."""
+    unknown_job("t6", transfer, {"to": "alice", "amount": 5})
+    decisions.escalate(job_id="t6", version=latest_attempt("t6").version, user=approver, note="the bank is odd")
+    client.force_login(admin_user)
+    _submit(client, f"/admin/auth/user/{approver.pk}/change/", "user_form", username="abe.k")
+    approver.refresh_from_db()
+    assert approver.username == "abe.k" and not ApprovalRequest.objects.exists()
+    decisions.mark_not_found(job_id="t6", version=latest_attempt("t6").version, user=olga, note="bank has none")
+    request = ApprovalRequest.objects.get(job__job_id="t6", status="pending")
+
+    _refused(request, approver, r"four eyes: abe.k escalated this job \(at .+\) and cannot approve it")
+    assert f"account:{approver.pk}" in request.excluded_identities  # and so the database refuses him too
+    # A newcomer who takes the name abe did not escalate anything: the account decides, not the name.
+    newcomer = _persona("abe", "approvers")
+    approvals.approve(request_id=request.pk, user=newcomer, note="I was not here when it was escalated")
+    assert latest_attempt("t6").number == 2
+
+
+def test_a_hold_is_no_decision_who_only_held_the_job_may_approve(transfer, olga, approver):
+    unknown_job("t7", transfer, {"to": "alice", "amount": 5})
+    decisions.mark_not_found(job_id="t7", version=latest_attempt("t7").version, user=olga, note="bank has none")
+    request = ApprovalRequest.objects.get(job__job_id="t7", status="pending")
+    services.take_job(job_id="t7", holder=approver.username, note="I'll look at the bank's statement")
+    services.release_job(job_id="t7", actor=approver.username, note="statement checked")
+    services.comment_on_job(job_id="t7", author=approver.username, actor_type="approver", text="no transfer on it")
+    assert {"job_taken", "job_released", "job_commented"} <= set(LedgerEvent.objects.filter(
+        job__job_id="t7", actor=approver.username).values_list("kind", flat=True))
+
+    approvals.approve(request_id=request.pk, user=approver, note="held and commented, never decided")
+    assert latest_attempt("t7").number == 2
+    assert_ledger_clean()

@@ -2,18 +2,21 @@
 scope decides which tools it sees and calls, and an irreversible tool waits for a second person."""
 
 import uuid
+from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.db import connection
 
 from api.tokens import worker_token_create
 from approvals.models import ApprovalRequest
-from approvals.services import ApprovalRefused, approve
+from approvals.services import ApprovalRefused, approve, expire_due_approvals
 from console.models import TenantScope
 from gateway.calls import PIECE
 from ledger.models import Job
 from ledger.states import JobStatus
+from reconciliation.decisions import request_approval as request_again
 from tests.conftest import token_issuer
 from tests.gateway.conftest import call, list_tools, text
 
@@ -125,6 +128,37 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
     assert again.meta["reckon/replay"] is True and '"deleted": 1' in text(again)
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
+
+
+def test_the_issuer_of_an_agents_token_still_cannot_approve_after_a_colleague_asks_again(gateway, upstream,
+                                                                                         approver):
+    """Issue 42: the person who issued the agent's token (`worker_token create --by`) stays excluded
+    once the first request expired and a colleague asked again: the agent's steps are in the history."""
+    owner = User.objects.create_user("tess", password="pw-tess")
+    colleague = User.objects.create_user("otto", password="pw-otto")
+    colleague.groups.add(Group.objects.get_or_create(name="operators")[0])
+    out = StringIO()
+    call_command("worker_token", "create", "--name", "sweeper", "--tenant", "acme", "--action", "*", "--by", "tess",
+                 stdout=out, stderr=StringIO())
+    token, name = out.getvalue().strip(), title()
+    call(gateway.url, token, "notes.create_note", {"title": name, "body": "to delete"})
+    assert "awaiting approval" in text(call(gateway.url, token, "notes.delete_notes", {"title": name}))
+    job = Job.objects.get(action="mcp:notes.delete_notes")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE approvals_approvalrequest SET expires_at = now() - interval '1 minute'")
+    assert expire_due_approvals() == 1
+    request_again(job_id=job.job_id, version=job.attempts.latest("number").version, user=colleague,
+                  note="the first request ran out")
+    again = ApprovalRequest.objects.get(job=job, status="pending")
+    assert again.requested_by == colleague
+
+    with pytest.raises(ApprovalRefused, match=r"four eyes: tess issued the worker token of mcp:sweeper:test-agent/1.0"
+                                              r" .*, an agent that .* and cannot approve it"):
+        approve(request_id=again.pk, user=owner, note="my agent, and otto asked")
+    again.refresh_from_db()
+    assert again.status == "pending" and upstream.notes(name) == 1
+    approve(request_id=again.pk, user=approver, note="checked the notes: delete them")
+    assert '"deleted": 1' in text(call(gateway.url, token, "notes.delete_notes", {"title": name}))
 
 
 def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_before_it_runs_again(
