@@ -162,6 +162,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The console's own "Not found", with debug on too (Django's lists every URL pattern).
+    "console.not_found.OwnNotFoundPage",
     # Last, as django-axes asks: it turns a locked-out login into the locked-out page.
     "axes.middleware.AxesMiddleware",
 ]

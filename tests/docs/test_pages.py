@@ -1,28 +1,37 @@
-"""The README is executable: every fenced block says how it is checked, and is.
+"""Every page is executable: the README and each page under docs/, every fenced block saying how it
+is checked, and checked.
 
 The convention: the line before each fenced block is `<!-- check: KIND -->`, one of
 
-- `run`: a shell block, run in bash (`set -euo pipefail`) in README order, in one shell whose
-  exported variables carry from block to block (what a user's terminal keeps), in a scratch
-  folder that links the checkout's files (so actions.toml and outbox/ stay out of the checkout).
-  The block that is exactly `make run` starts a real `make run PORT=<free port>` there, with the
-  environment the blocks exported, on the test database, the sandboxes moved off their ports by
-  their settings (as the README tells a user whose ports are taken); the README's
-  http://127.0.0.1:8000 becomes that port.
+- `run`: a shell block, run in bash (`set -euo pipefail`) in a scratch folder that links the
+  checkout's files (so actions.toml and outbox/ stay out of the checkout). Each page is a new
+  terminal: its blocks run in page order in one shell whose exported variables carry from block to
+  block, and nothing carries from one page to the next, so a page says what its terminal needs. The
+  pages run in the site's order (README first, then mkdocs.yml's nav). The first block that is
+  exactly `make run` starts a real `make run PORT=<free port>` there, with the environment its page
+  exported, on the test database, the sandboxes and the gateway moved off their ports by their
+  settings (as a user whose ports are taken would); it keeps running for the pages after it, and a
+  later `make run` block restarts it (Ctrl-C, then the same command in the same terminal).
+  http://127.0.0.1:8000 and :8300 become its ports.
 - `output`: what the `run` block before it prints, compared exactly.
 - `make-targets`: each line's `make TARGET` exists, and `make test` runs what the line says.
 - `actions-toml`: every action in it goes through the declarations loader.
 - `python-action`: executed; it must register its action.
 - `python-webhook`: the handler, called with requests signed the way Reckon signs them.
 - `diagram`: every function, state and file it names exists in the code.
+- `drawing`: every file it names exists.
+- `layers`: the layer drawing, held to the import contract by tests/docs/test_layers.py.
 - `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
-- `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway the `run`
-  blocks start, with the token from the environment.
+- `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway `make run`
+  starts, with the token from the environment.
 - `oidc-env`: identity-provider settings (`NAME=value` lines): each is a declared setting, Reckon
   starts with them, and a person signs in with them through the tests' real provider (its issuer
   and secret in place of the sample's) and gets the roles and tenants the mapping gives.
 
-A block with no check, or an unknown one, fails the suite.
+A block with no check, or an unknown one, fails the suite. Beyond the blocks, every page is held to
+the code: each `RECKON_…` setting it names is declared, each `manage.py` command and `make` target
+exists, and the references (commands, metrics, the actions file's keys, statuses, decisions,
+alerts) list what the code has.
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
 from chaos.management.commands.chaos import table as chaos_table
 from chaos.scenarios import SCENARIOS
@@ -48,31 +59,57 @@ from tests.processes import ROOT, database_url_of_tests, free_port, wait_for
 from tests.reconciliation.helpers import assert_ledger_clean
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 README_URL = "http://127.0.0.1:8000"
+GATEWAY_URL = "http://127.0.0.1:8300"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
-KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "chaos-table",
-         "mcp-client-config", "oidc-env"}
-STATE = "reckon-readme-state.sh"
+KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "drawing",
+         "layers", "chaos-table", "mcp-client-config", "oidc-env"}
+STATE = "reckon-page-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
 
 
+def _nav_pages(entries) -> list[str]:
+    found = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        found += _nav_pages(value) if isinstance(value, list) else [value]
+    return found
+
+
+def pages() -> list[Path]:
+    """The README, then the site's pages in its navigation's order, then any page not in it."""
+    nav = [DOCS / name for name in _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])]
+    rest = sorted(path for path in DOCS.rglob("*.md") if path not in nav)
+    return [README, *nav, *rest]
+
+
+def where(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
 @dataclass(frozen=True)
 class Block:
+    page: Path
     line: int
     info: str
     text: str
     check: str | None
 
+    @property
+    def at(self) -> str:
+        return f"{where(self.page)}:{self.line}"
 
-def readme_blocks() -> list[Block]:
-    lines = README.read_text().splitlines()
+
+def page_blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
     found, index = [], 0
     while index < len(lines):
         if lines[index].startswith("```"):
             end = lines.index("```", index + 1)
             check = CHECK.match(lines[index - 1])
-            found.append(Block(index + 1, lines[index][3:].strip(), "\n".join(lines[index + 1:end]) + "\n",
+            found.append(Block(page, index + 1, lines[index][3:].strip(), "\n".join(lines[index + 1:end]) + "\n",
                                check.group(1) if check else None))
             index = end + 1
         else:
@@ -80,28 +117,44 @@ def readme_blocks() -> list[Block]:
     return found
 
 
+def all_blocks() -> list[Block]:
+    return [block for page in pages() for block in page_blocks(page)]
+
+
 def of_kind(kind: str) -> list[Block]:
-    return [block for block in readme_blocks() if block.check == kind]
+    return [block for block in all_blocks() if block.check == kind]
 
 
-def run_steps() -> list[tuple[Block, str | None]]:
-    """Each `run` block with the output the README shows for it (None: not shown)."""
-    blocks = readme_blocks()
+def run_steps(page: Path) -> list[tuple[Block, str | None]]:
+    """Each `run` block of a page with the output the page shows for it (None: not shown)."""
+    blocks = page_blocks(page)
     return [(block, blocks[i + 1].text if i + 1 < len(blocks) and blocks[i + 1].check == "output" else None)
             for i, block in enumerate(blocks) if block.check == "run"]
 
 
-def test_every_block_says_how_it_is_checked():
-    blocks = readme_blocks()
-    assert len(blocks) > 15
-    unchecked = [f"README.md:{b.line} ({b.info or 'no language'})" for b in blocks if b.check not in KINDS]
+def test_every_block_of_every_page_says_how_it_is_checked():
+    blocks = all_blocks()
+    assert len(blocks) > 25
+    unchecked = [f"{b.at} ({b.info or 'no language'})" for b in blocks if b.check not in KINDS]
     assert unchecked == [], f"add `<!-- check: KIND -->` before these blocks ({', '.join(sorted(KINDS))})"
-    for index, block in enumerate(blocks):
-        if block.check == "output":
-            assert blocks[index - 1].check == "run", f"README.md:{block.line}: an output follows a run block"
-        if block.check == "run":
-            assert block.info == "sh", f"README.md:{block.line}: a run block is sh"
-    assert [b.text.strip() for b, _ in run_steps()].count("make run") == 1
+    for page in pages():
+        blocks = page_blocks(page)
+        for index, block in enumerate(blocks):
+            if block.check == "output":
+                assert blocks[index - 1].check == "run", f"{block.at}: an output follows a run block"
+            if block.check == "run":
+                assert block.info == "sh", f"{block.at}: a run block is sh"
+    starts = [b for b in of_kind("run") if b.text.strip() == "make run"]
+    assert starts and starts[0].page == DOCS / "agents" / "first-action.md"
+
+
+def test_every_drawing_names_files_that_exist():
+    blocks = of_kind("drawing")
+    assert blocks
+    for block in blocks:
+        named = re.findall(r"\b([a-z_]+\.py)\b", block.text)
+        missing = [name for name in named if not any(ROOT.glob(f"*/{name}")) and not any(ROOT.glob(f"*/*/{name}"))]
+        assert missing == [], f"{block.at}: {missing}"
 
 
 def test_the_make_targets_exist_and_make_test_runs_what_the_readme_says():
@@ -124,7 +177,7 @@ def test_the_toml_blocks_load_through_the_declarations_loader(monkeypatch):
         for name, table in document["actions"].items():
             for variable in table.get("webhook_secrets", []):
                 monkeypatch.setenv(variable, "a-signing-secret-of-forty-characters-xx")
-            action = parse_action(name, table, source=f"README.md:{block.line}")
+            action = parse_action(name, table, source=block.at)
             assert action.name == name and action.external == (table["executor"] == "external")
             assert action.reversible == table["reversible"]
 
@@ -135,7 +188,7 @@ def test_the_action_sample_registers_its_action():
     assert name not in _registry
     try:
         namespace: dict = {}
-        exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)  # nosec B102  # the README's own sample
+        exec(compile(block.text, block.at, "exec"), namespace)  # nosec B102  # the docs' own sample
         action = get_action(name)
         assert action.executor is namespace["send_newsletter"] and action.reversible and action.queryable
         assert action.reconciler == "myapp.reconcilers.newsletter"
@@ -149,7 +202,7 @@ def test_the_webhook_handler_sample_answers_signed_requests_and_refuses_others()
     (block,) = of_kind("python-webhook")
     secret = "notes-webhook-secret-of-forty-characters"
     namespace = {"json": json, "NOTES_WEBHOOK_SECRET": secret, "note_exists": lambda key: key == "notes.write:note-1"}
-    exec(compile(block.text, f"README.md:{block.line}", "exec"), namespace)  # nosec B102  # the README's own sample
+    exec(compile(block.text, block.at, "exec"), namespace)  # nosec B102  # the docs' own sample
     handle = namespace["handle"]
 
     def ask(key: str, question_id: str, secrets: list[str], header: object = None) -> tuple[int, dict]:
@@ -183,13 +236,15 @@ def test_every_name_in_the_diagram_exists():
         assert (ROOT / path).is_file(), path
 
 
-def test_the_mcp_client_configuration_points_at_the_gateway_the_readme_starts():
+def test_the_mcp_client_configuration_points_at_the_gateway_make_run_starts():
     (block,) = of_kind("mcp-client-config")
     server = json.loads(block.text)["mcpServers"]["reckon"]
-    started = re.search(r"manage.py mcp_gateway --port (\d+)", README.read_text()).group(1)
-    assert server["type"] == "http" and server["url"] == f"http://127.0.0.1:{started}/mcp"
+    assert server["type"] == "http" and server["url"] == f"{GATEWAY_URL}/mcp"
+    assert "export RECKON_MCP_TOKEN=" in block.page.read_text()
     assert server["headers"] == {"Authorization": "Bearer ${RECKON_MCP_TOKEN}"}
-    assert "export RECKON_MCP_TOKEN=" in README.read_text()
+    from config.env import DECLARED
+
+    assert DECLARED["RECKON_MCP_GATEWAY_URL"].default == f"{GATEWAY_URL}/mcp"
 
 
 def test_the_chaos_table_has_the_shape_the_chaos_command_prints():
@@ -254,49 +309,83 @@ def _readme_children() -> list[str]:
     return re.findall(r"^\| `(\w+)` \|", rows, flags=re.MULTILINE)
 
 
+def _stopped(stack: Stack, children: dict[str, int]) -> None:
+    """Ctrl-C stopped every child it started, each saying so."""
+    # make, interrupted too, re-raises SIGINT once its child (runstack) has stopped everything.
+    assert stack.interrupt() in (0, -signal.SIGINT), stack.output()[-3000:]
+    for name in children:
+        assert f"stopped {name}\n" in stack.output(), name
+    wait_for(lambda: not any(_alive(pid) for pid in children.values()), timeout=15,
+             message="every child gone after Ctrl-C")
+
+
+def _console(port: int):
+    """A signed-in console session (the demo's admin) on the stack's web process."""
+    import requests
+
+    from sandbox.demo_users import DEMO_PASSWORDS
+
+    browser = requests.Session()
+    browser.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=30)
+    browser.post(f"http://127.0.0.1:{port}/accounts/login/", timeout=30,
+                 data={"csrfmiddlewaretoken": browser.cookies["csrftoken"], "username": "admin",
+                       "password": DEMO_PASSWORDS["admin"]})
+    return browser
+
+
 @pytest.mark.django_db(transaction=True)
-def test_every_command_runs_as_written_beside_make_run(tmp_path):
+def test_every_command_of_every_page_runs_as_written_beside_make_run(tmp_path):
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
     port = free_port()
-    # A new user's shell, on the test database, with the sandboxes' ports moved the way the README
-    # says (8765, 8025 and 8026 may be taken on this machine).
+    gateway = f"http://127.0.0.1:{free_port()}"
+    # A new user's shell, on the test database, with the sandboxes' and the gateway's ports moved
+    # by their settings (8765, 8025, 8026 and 8300 may be taken on this machine).
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "LANG": "C.UTF-8",
            "DATABASE_URL": database_url_of_tests(), "RECKON_SANDBOX_URL": f"http://127.0.0.1:{free_port()}",
            "RECKON_SMTP_PORT": str(free_port()), "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{free_port()}",
-           "RECKON_MCP_GATEWAY_URL": f"http://127.0.0.1:{free_port()}/mcp"}
-    (tmp_path / STATE).write_text("")
-    stack = None
+           "RECKON_MCP_GATEWAY_URL": f"{gateway}/mcp"}
+    stack, stack_env, first_start, children, ran = None, None, None, {}, 0
     try:
-        for block, shown in run_steps():
-            if block.text.strip() == "make run":
-                stack = Stack(tmp_path, _exported(tmp_path, env), port)
-                continue
-            command = block.text.replace(README_URL, f"http://127.0.0.1:{port}")
-            done = subprocess.run(
-                ["bash", "-c", f"set -euo pipefail\nsource {STATE}\n{command}\nexport -p > {STATE}"],
-                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-            )
-            assert done.returncode == 0, f"README.md:{block.line} failed:\n{command}\n{done.stdout}\n{done.stderr}"
-            if shown is not None:
-                assert done.stdout == shown, f"README.md:{block.line} printed something else:\n{command}"
-        assert stack is not None
+        for page in pages():
+            (tmp_path / STATE).write_text("")  # a new terminal
+            for block, shown in run_steps(page):
+                ran += 1
+                if block.text.strip() == "make run":
+                    if stack is None:
+                        stack_env = _exported(tmp_path, env)
+                        stack = Stack(tmp_path, stack_env, port)
+                        first_start = stack.started_at
+                    else:  # Ctrl-C in make run's terminal, then make run again there
+                        _stopped(stack, stack.children())
+                        stack = Stack(tmp_path, stack_env, port)
+                    children = stack.children()
+                    continue
+                command = block.text.replace(README_URL, f"http://127.0.0.1:{port}").replace(GATEWAY_URL, gateway)
+                done = subprocess.run(
+                    ["bash", "-c", f"set -euo pipefail\nsource {STATE}\n{command}\nexport -p > {STATE}"],
+                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                )
+                assert done.returncode == 0, f"{block.at} failed:\n{command}\n{done.stdout}\n{done.stderr}"
+                if shown is not None:
+                    assert done.stdout == shown, f"{block.at} printed something else:\n{command}"
+        assert stack is not None and ran > 10
 
         # "Within a minute the overview shows succeeded and failed work."
         demo = Job.objects.filter(job_id__startswith="sim-")
         wait_for(lambda: {"succeeded", "failed"} <= set(demo.values_list("status", flat=True)),
-                 timeout=max(1.0, 60 - (time.monotonic() - stack.started_at)), interval=0.5,
+                 timeout=max(1.0, 60 - (time.monotonic() - first_start)), interval=0.5,
                  message="succeeded and failed demo work within the first minute")
 
+        # The MCP walkthrough's job page shows the tool as declared (its web process read the upstream).
+        mcp_job = Job.objects.get(action="mcp:notes.create_note")
+        page = _console(port).get(f"http://127.0.0.1:{port}/jobs/{mcp_job.job_id}/", timeout=30)
+        assert page.status_code == 200 and "not declared in this deployment" not in page.text
+        assert "mcp:notes.create_note" in page.text
+
         # What runs is what the README's table lists; Ctrl-C stops every one of them.
-        children = stack.children()
         assert sorted(children) == sorted(_readme_children())
-        # make, interrupted too, re-raises SIGINT once its child (runstack) has stopped everything.
-        assert stack.interrupt() in (0, -signal.SIGINT), stack.output()[-3000:]
-        for name in children:
-            assert f"stopped {name}\n" in stack.output(), name
-        wait_for(lambda: not any(_alive(pid) for pid in children.values()), timeout=15,
-                 message="every child gone after Ctrl-C")
+        _stopped(stack, children)
         stack = None
     finally:
         if stack is not None and stack.process.poll() is None:
@@ -312,7 +401,7 @@ def test_every_command_runs_as_written_beside_make_run(tmp_path):
 
 
 def _exported(folder, env: dict) -> dict:
-    """The environment the README's shell has exported so far (what `make run` is given)."""
+    """The environment the page's shell has exported so far (what `make run` is given)."""
     done = subprocess.run(["bash", "-c", f"source {STATE}; env -0"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=30, check=True)
     exported = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
@@ -381,3 +470,115 @@ def test_a_person_signs_in_with_the_readme_settings_through_a_real_provider(live
         assert TenantScope.objects.get(user=olivia).tenants == ["acme", "globex"]
     finally:
         provider.stop()
+
+
+# -- Every page held to the code ------------------------------------------------------------------
+
+# Variables a page names that are not Reckon's settings: the walkthroughs' shell variables and the
+# client's, and the test suite's browser.
+NOT_SETTINGS = {"RECKON_URL", "RECKON_API_TOKEN", "RECKON_MCP_TOKEN", "RECKON_TEST_CHROMIUM", "RECKON_TEST_LOGS"}
+
+
+def _text(page: Path) -> str:
+    return page.read_text()
+
+
+def test_every_setting_a_page_names_is_declared():
+    from config.env import DECLARED
+
+    for page in pages():
+        named = set(re.findall(r"\b(RECKON_[A-Z0-9_]*[A-Z0-9])\b", _text(page))) - NOT_SETTINGS
+        undeclared = sorted(name for name in named if name not in DECLARED)
+        assert undeclared == [], f"{where(page)} names settings config/settings.py does not declare"
+
+
+def _commands() -> dict[str, str]:
+    from django.core.management import get_commands
+
+    return get_commands()
+
+
+def test_every_command_a_page_names_exists_and_every_make_target_too():
+    commands, makefile = _commands(), (ROOT / "Makefile").read_text()
+    for page in pages():
+        text = _text(page)
+        named = set(re.findall(r"(?:manage\.py|\breckon) ([a-z][a-z_]+)\b", text))
+        missing = sorted(name for name in named if name not in commands)
+        assert missing == [], f"{where(page)} names commands that do not exist"
+        targets = set(re.findall(r"`make ([a-z][\w-]*)", text))
+        missing = sorted(t for t in targets if not re.search(rf"^{re.escape(t)}:", makefile, flags=re.MULTILINE))
+        assert missing == [], f"{where(page)} names make targets the Makefile lacks"
+
+
+def test_the_commands_page_lists_every_command_of_reckon_and_every_make_target():
+    page = _text(DOCS / "reference" / "commands.md")
+    ours = {name for name, app in _commands().items()
+            if app.split(".")[0] in {"api", "alerts", "approvals", "bench", "chaos", "config", "console", "gateway",
+                                     "ledger", "reconciliation", "sandbox", "sso"}}
+    listed = set(re.findall(r"^\| `manage\.py ([a-z_]+)", page, flags=re.MULTILINE))
+    assert sorted(ours - listed) == [], "commands missing from docs/reference/commands.md"
+    targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
+    assert sorted(targets - set(re.findall(r"`make ([a-z][\w-]*)", page))) == []
+
+
+@pytest.mark.django_db
+def test_the_metrics_page_lists_every_family_metrics_exposes_with_its_type_and_labels():
+    from api.metrics import exposition
+
+    text = exposition()
+    exposed = dict(re.findall(r"^# TYPE (\w+) (\w+)$", text, flags=re.MULTILINE))
+    rows = re.findall(r"^\| `(reckon_\w+)` \| (\w+) \|([^|]*)\|", _text(DOCS / "reference" / "metrics.md"),
+                      flags=re.MULTILINE)
+    assert {name: kind for name, kind, _ in rows} == exposed
+    for name, _, labels in rows:
+        samples = re.findall(rf"^{name}(?:\{{([^}}]*)\}})? ", text, flags=re.MULTILINE)
+        shown = {pair.split("=")[0] for sample in samples for pair in sample.split(",") if sample}
+        documented = {label.strip(" `") for label in labels.split(",") if label.strip()}
+        assert shown <= documented, name
+
+
+def test_the_actions_file_page_lists_every_key_the_loaders_take():
+    from gateway.config import TOOL_KEYS, UPSTREAM_KEYS
+    from ledger.declarations import KEYS
+
+    page = _text(DOCS / "reference" / "actions-file.md")
+    sections = {title: body for title, body in re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", page, re.MULTILINE | re.DOTALL)}
+
+    def keys(title: str) -> set[str]:
+        return {key for cell in re.findall(r"^\| ([^|]+) \|", sections[title], flags=re.MULTILINE)
+                for key in re.findall(r"`(\w+)`", cell)}
+
+    assert keys('`[actions."name"]`') == set(KEYS)
+    assert keys("`[[mcp.upstreams]]`") == UPSTREAM_KEYS
+    assert keys("`[mcp.upstreams.tools.<tool>]`") == TOOL_KEYS
+
+
+def test_the_console_page_explains_every_status_and_every_decision_and_the_alerts_page_every_alert():
+    from alerts.models import AlertCondition
+    from ledger.states import JobStatus
+    from reconciliation.registry import REGISTRY
+
+    console = _text(DOCS / "operating" / "index.md")
+    statuses = set(re.findall(r"^\| `(\w+)` \|", console.split("## Every status", 1)[1].split("\n## ", 1)[0],
+                              flags=re.MULTILINE))
+    assert statuses == set(JobStatus.values)
+    decisions = console.split("## Every decision", 1)[1].split("\n## ", 1)[0]
+    for decision in (REGISTRY.values() if isinstance(REGISTRY, dict) else REGISTRY):
+        row = re.search(rf'^\| "{re.escape(decision.label)}" \|([^|]*)\| (\w+) \|', decisions, flags=re.MULTILINE)
+        assert row, decision.label
+        assert row.group(1).strip(" `") == decision.key and row.group(2) == decision.role, decision.label
+    readme = _text(README)
+    assert set(re.findall(r"^\| `(\w+)` \|", readme.split("## What a job's status means", 1)[1], re.MULTILINE)) \
+        == set(JobStatus.values)
+    # Each alert has its runbook: a section under "When an alert fires" naming it.
+    operating = "\n".join(_text(page).split("## When an alert fires", 1)[-1] for page in (DOCS / "operating").glob("*.md"))
+    runbooks = re.split(r"^### ", operating, flags=re.MULTILINE)[1:]
+    rules = set(re.findall(r"- alert: (\w+)", (ROOT / "deploy" / "prometheus" / "reckon-alerts.yml").read_text()))
+    for name in [*AlertCondition.values, *rules]:
+        assert any(f"`{name}`" in runbook.split("\n\n", 2)[1] for runbook in runbooks), name
+
+
+def test_the_api_reference_is_the_document_the_api_serves():
+    done = subprocess.run([sys.executable, "manage.py", "api_reference", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

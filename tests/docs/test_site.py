@@ -1,0 +1,51 @@
+"""The docs site builds from docs/ with every warning an error (mkdocs.yml: strict, every internal
+link and anchor validated), renders the HTTP API from its OpenAPI document, and fetches nothing
+from elsewhere when a page is read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.processes import ROOT
+
+
+def test_the_site_builds_with_no_warning_and_nothing_fetched_from_elsewhere(tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING" not in done.stderr, done.stderr[-3000:]
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["strict"] is True and config["theme"]["font"] is False
+    assert all(value == "warn" for value in config["validation"]["links"].values())
+
+    pages = list(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        html = page.read_text()
+        external = re.findall(r'<(?:script|link)\b[^>]*\b(?:src|href)="(https?://[^"]+)"', html)
+        assert external == [], f"{page.relative_to(site)} loads {external}"
+
+    # Every path of the API's document is rendered on the reference page.
+    api = (site / "reference" / "api" / "index.html").read_text()
+    document = json.loads((ROOT / "docs" / "reference" / "openapi.json").read_text())
+    for path in document["paths"]:
+        rendered = re.sub(r"\{(\w+)\}", r'<span class="route-param">{\1}</span>', path)
+        assert rendered in api, path
+    assert (site / "search" / "search_index.json").exists()
+
+
+def test_make_docs_serves_the_site_and_make_installs_its_tools():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^docs: \$\(STAMP\)\n\t\$\(BIN\)/mkdocs serve", makefile, flags=re.MULTILINE)
+    assert ",docs]" in makefile
+    extra = {line.split("==")[0].strip(' "') for line in Path(ROOT / "pyproject.toml").read_text()
+             .split("\ndocs = [", 1)[1].split("]", 1)[0].splitlines() if "==" in line}
+    assert {"mkdocs", "mkdocs-material", "neoteroi-mkdocs"} <= extra
