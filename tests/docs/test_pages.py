@@ -22,6 +22,8 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
 - `drawing`: every file it names exists.
 - `layers`: the layer drawing, held to the import contract by tests/docs/test_layers.py.
 - `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
+- `prometheus-scrape`: a Prometheus scrape job: it reads the path `/metrics` is served at, with a
+  bearer token, as `/metrics` asks with debug off.
 - `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway `make run`
   starts, with the token from the environment.
 - `oidc-env`: identity-provider settings (`NAME=value` lines): each is a declared setting, Reckon
@@ -64,7 +66,7 @@ README_URL = "http://127.0.0.1:8000"
 GATEWAY_URL = "http://127.0.0.1:8300"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
 KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "drawing",
-         "layers", "chaos-table", "mcp-client-config", "oidc-env"}
+         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape"}
 STATE = "reckon-page-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
@@ -245,6 +247,16 @@ def test_the_mcp_client_configuration_points_at_the_gateway_make_run_starts():
     from config.env import DECLARED
 
     assert DECLARED["RECKON_MCP_GATEWAY_URL"].default == f"{GATEWAY_URL}/mcp"
+
+
+def test_the_prometheus_scrape_job_reads_metrics_with_a_bearer_token():
+    from django.urls import reverse
+
+    (block,) = of_kind("prometheus-scrape")
+    (job,) = yaml.safe_load(block.text)["scrape_configs"]
+    assert job["metrics_path"] == reverse("metrics")
+    assert set(job["authorization"]) == {"credentials_file"}  # type defaults to Bearer
+    assert job["static_configs"][0]["targets"]
 
 
 def test_the_chaos_table_has_the_shape_the_chaos_command_prints():
@@ -582,3 +594,17 @@ def test_the_api_reference_is_the_document_the_api_serves():
     done = subprocess.run([sys.executable, "manage.py", "api_reference", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_link_of_the_readme_leads_to_a_page_and_its_heading():
+    """The site's build checks the pages' links; the README is not in the site, so here."""
+    from markdown.extensions.toc import slugify
+
+    links = re.findall(r"\]\(((?!https?://)[^)#]+)(?:#([\w-]+))?\)", _text(README))
+    assert len(links) > 15
+    for target, anchor in links:
+        page = ROOT / target
+        assert page.is_file(), target
+        if anchor:
+            headings = {slugify(heading, "-") for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)}
+            assert anchor in headings, f"{target}#{anchor}"
