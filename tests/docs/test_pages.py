@@ -608,3 +608,12 @@ def test_every_link_of_the_readme_leads_to_a_page_and_its_heading():
         if anchor:
             headings = {slugify(heading, "-") for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)}
             assert anchor in headings, f"{target}#{anchor}"
+
+
+def test_the_api_reference_has_every_path_and_schema_the_running_api_serves(client):
+    served = client.get("/api/v1/openapi.json").json()
+    written = json.loads((DOCS / "reference" / "openapi.json").read_text())
+    assert sorted(written["paths"]) == sorted(served["paths"])
+    for path, operations in served["paths"].items():
+        assert sorted(written["paths"][path]) == sorted(operations), path
+    assert sorted(written["components"]["schemas"]) == sorted(served["components"]["schemas"])

@@ -12,9 +12,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 # The document lists the registered actions (an enum): it is written for Reckon alone, with no
 # deployment's actions, in a process of its own so that the caller's environment changes nothing.
+# api.urls is imported as the URLconf imports it: the batch and reconciliation endpoints join there.
 FIXED = {"RECKON_DEBUG": "true", "RECKON_DEMO": "false", "RECKON_ACTION_MODULES": "", "RECKON_ACTIONS_FILE": "/dev/null",
          "DJANGO_SETTINGS_MODULE": "config.settings"}
-EXPORT = ("import json, django; django.setup(); from api.views import api; "
+EXPORT = ("import json, django; django.setup(); import api.urls; from api.views import api; "
           "print(json.dumps(api.get_openapi_schema(), indent=2, sort_keys=True, ensure_ascii=False))")
 
 
