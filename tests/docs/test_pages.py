@@ -579,6 +579,10 @@ def test_the_console_page_explains_every_status_and_every_decision_and_the_alert
         row = re.search(rf'^\| "{re.escape(decision.label)}" \|([^|]*)\| (\w+) \|', decisions, flags=re.MULTILINE)
         assert row, decision.label
         assert row.group(1).strip(" `") == decision.key and row.group(2) == decision.role, decision.label
+    from ledger.states import QUEUE_TABS
+
+    tab_keys = re.search(r"^\| queue \| ((?:`\w` ?)+) \| the tabs", console, flags=re.MULTILINE).group(1)
+    assert tab_keys.replace("`", "").split() == [key[:1] for key in QUEUE_TABS]
     readme = _text(README)
     assert set(re.findall(r"^\| `(\w+)` \|", readme.split("## What a job's status means", 1)[1], re.MULTILINE)) \
         == set(JobStatus.values)
