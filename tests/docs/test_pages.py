@@ -621,3 +621,20 @@ def test_the_api_reference_has_every_path_and_schema_the_running_api_serves(clie
     for path, operations in served["paths"].items():
         assert sorted(written["paths"][path]) == sorted(operations), path
     assert sorted(written["components"]["schemas"]) == sorted(served["components"]["schemas"])
+
+
+def test_every_option_the_commands_page_gives_a_command_is_one_it_takes():
+    from django.core.management import load_command_class
+
+    commands = _commands()
+    page = _text(DOCS / "reference" / "commands.md")
+    rows = re.findall(r"^\| `manage\.py ([a-z_]+)([^|]*(?:\\\|[^|]*)*)` \|(.*)\|$", page, flags=re.MULTILINE)
+    assert len(rows) > 20
+    for name, usage, meaning in rows:
+        parsers = [load_command_class(commands[name], name).create_parser("manage.py", name)]
+        for parser in parsers:  # with its subcommands' (worker_token create, revoke, list)
+            parsers += [sub for action in parser._actions if action.choices and isinstance(action.choices, dict)
+                        for sub in action.choices.values()]
+        takes = {option for parser in parsers for action in parser._actions for option in action.option_strings}
+        given = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage + meaning))
+        assert sorted(given - takes) == [], name
