@@ -638,3 +638,19 @@ def test_every_option_the_commands_page_gives_a_command_is_one_it_takes():
         takes = {option for parser in parsers for action in parser._actions for option in action.option_strings}
         given = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage + meaning))
         assert sorted(given - takes) == [], name
+
+
+def test_every_default_a_page_shows_for_a_setting_is_its_declared_default():
+    from config.env import DECLARED
+
+    shown = 0
+    for page in pages():
+        if page == DOCS / "configuration.md":  # generated from the declarations
+            continue
+        for names, defaults in re.findall(r"^\| ((?:`RECKON_\w+`(?:, )?)+) \| ([^|]+) \|", _text(page), re.MULTILINE):
+            names, defaults = re.findall(r"`(RECKON_\w+)`", names), [d.strip(" `") for d in defaults.split(",")]
+            for name, default in zip(names, defaults, strict=True):
+                declared = DECLARED[name].default.strip("`")
+                assert default == declared or (default == "unset" and declared in ("", "(unset)")), f"{where(page)}: {name}"
+                shown += 1
+    assert shown > 5
