@@ -22,6 +22,8 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
 - `drawing`: every file it names exists.
 - `layers`: the layer drawing, held to the import contract by tests/docs/test_layers.py.
 - `chaos-table`: printed again by the chaos command's own formatter from its rows: it must match.
+- `syntax`: a sample with nothing in Reckon to run it against (another tool's configuration, a
+  framework's code): it must parse as its language says (`python`, `json`, `toml`, `yaml`, `sh`).
 - `prometheus-scrape`: a Prometheus scrape job: it reads the path `/metrics` is served at, with a
   bearer token, as `/metrics` asks with debug off.
 - `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway `make run`
@@ -66,7 +68,7 @@ README_URL = "http://127.0.0.1:8000"
 GATEWAY_URL = "http://127.0.0.1:8300"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
 KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "drawing",
-         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape"}
+         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape", "syntax"}
 STATE = "reckon-page-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
@@ -249,6 +251,16 @@ def test_the_mcp_client_configuration_points_at_the_gateway_make_run_starts():
     assert DECLARED["RECKON_MCP_GATEWAY_URL"].default == f"{GATEWAY_URL}/mcp"
 
 
+def test_every_syntax_block_parses_as_its_language():
+    parse = {"python": lambda text, at: compile(text, at, "exec"), "json": lambda text, at: json.loads(text),
+             "toml": lambda text, at: tomllib.loads(text), "yaml": lambda text, at: yaml.safe_load(text),
+             "sh": lambda text, at: subprocess.run(["bash", "-n"], input=text, text=True, check=True, timeout=30)}
+    assert of_kind("syntax")
+    for block in of_kind("syntax"):
+        assert block.info in parse, f"{block.at}: a syntax block names its language ({', '.join(parse)})"
+        parse[block.info](block.text, block.at)
+
+
 def test_the_prometheus_scrape_job_reads_metrics_with_a_bearer_token():
     from django.urls import reverse
 
@@ -390,10 +402,14 @@ def test_every_command_of_every_page_runs_as_written_beside_make_run(tmp_path):
                  message="succeeded and failed demo work within the first minute")
 
         # The MCP walkthrough's job page shows the tool as declared (its web process read the upstream).
+        # Its search link finds the call, and the page has the arguments with api_key redacted.
         mcp_job = Job.objects.get(action="mcp:notes.create_note")
-        page = _console(port).get(f"http://127.0.0.1:{port}/jobs/{mcp_job.job_id}/", timeout=30)
+        console = _console(port)
+        found = console.get(f"http://127.0.0.1:{port}/search/?q=groceries", timeout=30)
+        assert f"/jobs/{mcp_job.job_id}/" in found.text
+        page = console.get(f"http://127.0.0.1:{port}/jobs/{mcp_job.job_id}/", timeout=30)
         assert page.status_code == 200 and "not declared in this deployment" not in page.text
-        assert "mcp:notes.create_note" in page.text
+        assert "mcp:notes.create_note" in page.text and "groceries" in page.text and "sk-123" not in page.text
 
         # What runs is what the README's table lists; Ctrl-C stops every one of them.
         assert sorted(children) == sorted(_readme_children())
