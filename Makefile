@@ -65,7 +65,7 @@ bandit: $(STAMP)
 
 # The docs site from docs/ (mkdocs.yml), served with live reload on http://127.0.0.1:$(DOCS_PORT)/.
 # `make test` builds it with --strict (tests/docs/test_site.py).
-DOCS_PORT ?= 8001
+DOCS_PORT ?= 8002
 docs: $(STAMP)
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 

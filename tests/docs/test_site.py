@@ -54,6 +54,9 @@ def test_the_site_builds_with_no_warning_and_nothing_fetched_from_elsewhere(tmp_
 def test_make_docs_serves_the_site_and_make_installs_its_tools():
     makefile = (ROOT / "Makefile").read_text()
     assert ",docs]" in makefile
+    default = re.search(r"^DOCS_PORT \?= (\d+)$", makefile, flags=re.MULTILINE).group(1)
+    for page in (ROOT / "README.md", ROOT / "docs" / "reference" / "commands.md"):
+        assert re.findall(r"`make docs`[^\n]*?http://127\.0\.0\.1:(\d+)/", page.read_text()) == [default], page
     port = free_port()
     # `-o`: the checkout's .venv is installed already; make must not reinstall it here.
     with ManagedProcess(["make", "-o", ".venv/.installed", "docs", f"DOCS_PORT={port}"], log_name="make-docs",
