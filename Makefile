@@ -9,7 +9,7 @@ DEV := RECKON_DEBUG=true
 # and RECKON_SMTP_LOOKUP_URL (docs/configuration.md).
 PORT ?= 8000
 
-.PHONY: run test test-fast bandit check bench chaos clean-db
+.PHONY: run test test-fast bandit check bench chaos clean-db docs wheel
 
 # Python writes its bytecode caches (into .venv and __pycache__/, both ignored by git) even where the
 # environment sets PYTHONDONTWRITEBYTECODE, as this machine's does: without them every process the
@@ -20,13 +20,14 @@ unexport PYTHONDONTWRITEBYTECODE
 # Reckon is installed editable, as one package with its worker client (pyproject.toml): the tests,
 # the examples and the chaos workers import the server's packages and reckon_client
 # (clients/python/src) from the checkout as it is, and `.venv/bin/reckon` is manage.py. The `bench`
-# extra is the peers the benchmark measures beside Reckon (bench/peers.py), pinned. Nothing is
+# extra is the peers the benchmark measures beside Reckon (bench/peers.py), pinned; `docs` the docs
+# site's tools (mkdocs.yml). Nothing is
 # byte-compiled up front (a third of the install's time): a module is, when first imported (its
 # cache written then, see above).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench,frameworks]"
+	$(BIN)/python -m pip install --quiet --no-compile --editable ".[test,bench,frameworks,docs]"
 	rm -rf build *.egg-info
 	touch $(STAMP)
 
@@ -82,6 +83,18 @@ bandit: $(STAMP)
 	@err=$$(mktemp); $(BIN)/bandit -q -r $(BANDIT_PATHS) -c pyproject.toml 2>$$err; status=$$?; \
 	grep -v "but no failed test" $$err >&2; rm -f $$err; \
 	if [ $$status -eq 0 ]; then echo "bandit: no unreviewed findings"; fi; exit $$status
+
+# The docs site from docs/ (mkdocs.yml), served with live reload on http://127.0.0.1:$(DOCS_PORT)/.
+# `make test` builds it with --strict (tests/docs/test_site.py).
+DOCS_PORT ?= 8002
+docs: $(STAMP)
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# The wheel a host installs (docs/deploying/several-hosts.md), in dist/. setuptools builds in the
+# checkout: its build/ and .egg-info are removed after, as after the install above.
+wheel: $(STAMP)
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	rm -rf build *.egg-info
 
 # The full benchmark (a million-attempt ledger; several minutes) and the full chaos matrix.
 bench: $(STAMP)

@@ -162,6 +162,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The console's own "Not found", with debug on too (Django's lists every URL pattern).
+    "console.not_found.OwnNotFoundPage",
     # Last, as django-axes asks: it turns a locked-out login into the locked-out page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -537,7 +539,7 @@ declare("RECKON_FAULT_DIR", "", "A folder of the run's own where fired fault poi
         internal=True)
 declare("RECKON_TEST_CHROMIUM", "/usr/bin/chromium-headless-shell", "The Chromium the browser tests drive "
         "(tests/browser/conftest.py); Debian's old headless shell unless set.", group=HARNESS, internal=True)
-declare("RECKON_URL", "http://127.0.0.1:8000", "Reckon's address for the example workers and the README's samples.",
+declare("RECKON_URL", "http://127.0.0.1:8000", "Reckon's address for the example workers and the docs' samples.",
         group=EXAMPLES)
 declare("RECKON_API_TOKEN", "", "The worker token the example workers send (`manage.py worker_token create`).",
         group=EXAMPLES)
@@ -549,7 +551,7 @@ declare("PROVIDER_URL", "http://127.0.0.1:8765", "examples/webhook_receiver.py: 
 declare("RECKON_TEST_LOGS", "", "Where the tests' server processes write their logs (tests/processes.py; unset: "
         "the system's /tmp).", group=HARNESS, internal=True)
 declare("RECKON_OUTAGE_CALLS", "10", "Calls timed in each phase of tests/gateway/test_upstream_outage.py (300 for "
-        "the figures in the README's gateway section).", group=HARNESS, internal=True)
+        "the figures in docs/performance-history.md's gateway section).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_WEBHOOK_SECRET", "", "The benchmark's webhook secret, named in its webhook action's "
         "webhook_secrets (bench/sections.py sets it).", group=HARNESS, internal=True)
 declare("RECKON_BENCH_DATABASE", "", "examples/measure_*.py: the throwaway database they create.", group=HARNESS,

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import anyio
 import mcp_types as types
 from anyio import to_thread
+from django.conf import settings
 from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
@@ -142,9 +143,18 @@ def tool_input_schema(name: str) -> dict | None:
     return None if listed is None else listed.input_schema
 
 
+def no_upstreams_reason() -> str | None:
+    """Why tools/list is empty for everyone, said where an agent and a person read it (the server's
+    instructions at initialize, the command's first line, /healthz); None when upstreams are declared."""
+    if declared_upstreams():
+        return None
+    return (f"no MCP upstream is declared, so tools/list is empty: declare [[mcp.upstreams]] in the actions file "
+            f"({settings.RECKON_ACTIONS_FILE}) and start the gateway again")
+
+
 def build_server() -> Server:
-    return Server("reckon-gateway", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
-                  get_tool_input_schema=tool_input_schema)
+    return Server("reckon-gateway", version="1", instructions=no_upstreams_reason(), on_list_tools=list_tools,
+                  on_call_tool=call_tool, get_tool_input_schema=tool_input_schema)
 
 
 class BearerTokens:
@@ -178,7 +188,8 @@ def build_app(*, allowed_hosts: list[str]) -> Starlette:
     )
 
     async def healthz(request):
-        return JSONResponse({"ok": True, "upstreams": [u.name for u in declared_upstreams()]})
+        names = [u.name for u in declared_upstreams()]
+        return JSONResponse({"ok": True, "upstreams": names} | ({} if names else {"reason": no_upstreams_reason()}))
 
     async def no_stream(request):
         # Stateless: there is nothing to stream, and no session to end. The MCP spec lets a server

@@ -169,7 +169,7 @@ LONGEST_FIRST = (
     "tests/deploy/test_install.py",  # a fresh environment with the wheel installed
     "tests/api/test_live.py",  # Schemathesis, three runs
     "tests/browser/test_accessibility.py",  # every page for four roles, busy and empty, under axe
-    "tests/docs/test_readme.py",
+    "tests/docs/test_pages.py",
     "tests/ledger/test_stateful.py",
 )
 

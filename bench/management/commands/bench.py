@@ -69,7 +69,7 @@ class Command(BaseCommand):
         self.section_seconds, self._current = {}, None
         if "peers" in run and peers.missing_peers():
             raise CommandError(f"the peers section needs {', '.join(peers.missing_peers())}: they are the `bench` "
-                               "extra, pinned in pyproject.toml (`pip install -e '.[test,bench]'`, as make test does)")
+                               "extra, pinned in pyproject.toml (`pip install -e '.[test,bench,docs]'`, as make test does)")
         stop_like_ctrl_c()  # the finally below closes the world (its cluster, sandbox and servers)
         world = World(prefix="reckon-bench-").start()
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",

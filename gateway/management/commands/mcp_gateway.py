@@ -16,13 +16,14 @@ class Command(BaseCommand):
         import uvicorn
 
         from gateway.config import missing_variables
-        from gateway.server import build_app
+        from gateway.server import build_app, no_upstreams_reason
 
         if problems := missing_variables():  # never an empty header or env sent in a secret's place
             raise CommandError("\n".join(problems))
 
         allowed = allowed_hosts or sorted({f"{host}:*", "127.0.0.1:*", "localhost:*"})
-        self.stdout.write(f"MCP gateway on http://{host}:{port}/mcp", ending="\n")
+        reason = no_upstreams_reason()
+        self.stdout.write(f"MCP gateway on http://{host}:{port}/mcp" + (f": {reason}" if reason else ""), ending="\n")
         self.stdout.flush()
         uvicorn.run(build_app(allowed_hosts=allowed), host=host, port=port, log_level="warning",
                     access_log=False, lifespan="on")
