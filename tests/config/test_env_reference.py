@@ -26,7 +26,8 @@ THIS_FILE = ROOT / "tests" / "config" / "test_env_reference.py"  # its samples a
 def project_sources():
     for path in sorted(ROOT.rglob("*.py")):
         parts = path.relative_to(ROOT).parts
-        if parts[0].startswith(".") or parts[0] in ("build", "staticfiles") or path == THIS_FILE:
+        if (parts[0].startswith(".") or parts[0] in ("build", "staticfiles") or path == THIS_FILE
+                or {".venv", "node_modules"} & set(parts)):  # e.g. tests/frameworks/langgraph/.venv
             continue
         yield path
 

@@ -26,6 +26,8 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
   framework's code): it must parse as its language says (`python`, `json`, `toml`, `yaml`, `sh`, `js`).
 - `prometheus-scrape`: a Prometheus scrape job: it reads the path `/metrics` is served at, with a
   bearer token, as `/metrics` asks with debug off.
+- `mcp-json`: Claude Code's `.mcp.json` (docs/agents/frameworks/claude-code.md): its server's
+  tool names, with Claude Code's prefix, fit the model APIs' pattern (tests/frameworks/test_names.py).
 - `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway `make run`
   starts, with the token from the environment.
 - `oidc-env`: identity-provider settings (`NAME=value` lines): each is a declared setting, Reckon
@@ -40,6 +42,7 @@ alerts) list what the code has.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -68,7 +71,7 @@ README_URL = "http://127.0.0.1:8000"
 GATEWAY_URL = "http://127.0.0.1:8300"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
 KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "drawing",
-         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape", "syntax"}
+         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape", "syntax", "mcp-json"}
 STATE = "reckon-page-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")
@@ -252,7 +255,7 @@ def test_the_mcp_client_configuration_points_at_the_gateway_make_run_starts():
 
 
 def test_every_syntax_block_parses_as_its_language():
-    parse = {"python": lambda text, at: compile(text, at, "exec"), "json": lambda text, at: json.loads(text),
+    parse = {"python": lambda text, at: compile(text, at, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), "json": lambda text, at: json.loads(text),
              "toml": lambda text, at: tomllib.loads(text), "yaml": lambda text, at: yaml.safe_load(text),
              "sh": lambda text, at: subprocess.run(["bash", "-n"], input=text, text=True, check=True, timeout=30),
              "js": lambda text, at: subprocess.run(["node", "--input-type=module", "--check"], input=text, text=True,

@@ -10,7 +10,7 @@ import pytest
 from tests.processes import ROOT
 
 GUIDES = ROOT / "docs" / "agents" / "frameworks"
-SHOWN = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<text>.*?)```\n", re.DOTALL)
+SHOWN = re.compile(r"<!-- file: (?P<path>\S+) -->\n(?:<!-- check: [a-z-]+ -->\n)?```\w*\n(?P<text>.*?)```\n", re.DOTALL)
 PAGES = ["pydantic-ai.md", "openai-agents.md", "langgraph.md", "vercel-ai.md", "claude-code.md", "index.md"]
 
 
