@@ -1,7 +1,8 @@
 """The gateway: an MCP server (Streamable HTTP, stateless) in front of the declared upstreams.
 
-`tools/list` shows the declared tools the caller's worker token may call, named
-`<upstream>.<tool>`; `tools/call` passes a read-only tool through and journals every other one
+`tools/list` shows the declared tools the caller's worker token may call, each under its listed
+name (`<upstream>_<tool>` unless declared otherwise: names model APIs accept, gateway/config.py);
+`tools/call` takes that name or Reckon's own `<upstream>.<tool>`, passes a read-only tool through and journals every other one
 (gateway/calls.py). Being stateless, any gateway process can serve any request: what a call
 must remember lives in the ledger.
 """
@@ -23,7 +24,7 @@ from starlette.routing import Mount, Route
 from api.tokens import agent_name, authenticate
 from gateway import calls, limits
 from gateway import upstream as upstreams
-from gateway.config import ToolPolicy, get_upstream
+from gateway.config import ToolPolicy, get_upstream, policy_named
 from gateway.config import upstreams as declared_upstreams
 from gateway.renewal import while_renewed
 
@@ -44,21 +45,21 @@ def _agent(ctx) -> str:
 
 
 def _policy(name: str) -> ToolPolicy:
-    upstream_name, _, tool = name.partition(".")
-    upstream = get_upstream(upstream_name)
-    if upstream is None:
-        raise LookupError(f"no MCP upstream {upstream_name!r} is declared; tools are called as <upstream>.<tool>")
-    policy = upstream.tools.get(tool)
-    if policy is None:
+    policy = policy_named(name)
+    if policy is not None:
+        return policy
+    upstream_name, dot, tool = name.partition(".")
+    if dot and get_upstream(upstream_name) is not None:
         raise LookupError(f"tool {tool!r} of upstream {upstream_name} is not declared, so it is refused: {CONFIG_HINT}")
-    return policy
+    raise LookupError(f"no declared tool is listed as {name!r}: call a tool by the name tools/list gives it "
+                      f"(an undeclared tool is refused: {CONFIG_HINT})")
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
     token = _token(ctx)
     listed = []
     for upstream in declared_upstreams():
-        allowed = {name for name, policy in upstream.tools.items()
+        allowed = {name: policy for name, policy in upstream.tools.items()
                    if token.allows(tenant=upstream.tenant, action=policy.action)}
         if not allowed:
             continue
@@ -70,7 +71,7 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
             continue
         for tool in tools:
             if tool.name in allowed:
-                listed.append(tool.model_copy(update={"name": f"{upstream.name}.{tool.name}"}))
+                listed.append(tool.model_copy(update={"name": allowed[tool.name].listed_name}))
     return types.ListToolsResult(tools=listed)
 
 
@@ -131,14 +132,14 @@ def _result(answer: calls.Answer) -> types.CallToolResult:
 
 
 def tool_input_schema(name: str) -> dict | None:
-    """The input schema of `<upstream>.<tool>` as the upstream last listed it, for the SDK's check of
+    """The input schema of the tool a call names (gateway.config.policy_named) as its upstream last listed it, for the SDK's check of
     a call's Mcp-Param-* headers. Without it the SDK runs this server's whole tools/list (which
     asks every upstream) before each tools/call: measured, that was a third of a call's time in
     the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
     skips that check, as the SDK does when a listing fails; the call itself is still checked
     against the token and the tool's declared policy."""
-    upstream_name, _, tool = name.partition(".")
-    listed = upstreams.listed_tool(upstream_name, tool)
+    policy = policy_named(name)
+    listed = upstreams.listed_tool(policy.upstream, policy.tool) if policy is not None else None
     return None if listed is None else listed.input_schema
 
 
