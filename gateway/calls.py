@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from api.models import WorkerToken
 from approvals.services import open_approval_request
-from gateway.config import META_KEY, ToolPolicy, get_upstream
+from gateway.config import META_KEY, META_KEYS, ToolPolicy, get_upstream
 from gateway.reconcile import FOUND, LOOKUP, RESULT
 from ledger.models import Job, JobTombstone, LedgerEvent
 from ledger.services import (
@@ -125,16 +125,31 @@ def key_material(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -
     if policy.key == "arguments":
         return {"tenant": tenant, "tool": policy.name, "arguments": arguments}, "arguments"
     if policy.key == "meta":
-        given = meta.get(META_KEY)
-        if not isinstance(given, str) or not given.strip() or len(given) > 200:
-            raise Refused(f"tool {policy.name} takes its idempotency key from the call's _meta: "
-                          f'pass _meta {{"{META_KEY}": "<key>"}} (a string of at most 200 characters)')
+        given = client_key(policy, meta)
+        # (Named by Reckon's own spelling whichever the client used: the same key sent once as
+        # idempotencyKey and once as reckon/idempotency_key is one call.)
         return {"tenant": tenant, "tool": policy.name, "key": given}, f"_meta {META_KEY}"
     name = policy.key.removeprefix("argument:")
     if not isinstance(arguments.get(name), (str, int)) or isinstance(arguments.get(name), bool):
         raise Refused(f"tool {policy.name} takes its idempotency key from the argument {name!r}, "
                       "which this call lacks (or is not a string or an integer)")
     return {"tenant": tenant, "tool": policy.name, "key": arguments[name]}, f"argument {name}"
+
+
+def client_key(policy: ToolPolicy, meta: dict) -> str:
+    """The key a client passed in the call's _meta, under any spelling of META_KEYS; two different
+    keys at once are refused (which one would the client mean?)."""
+    given = {spelling: meta[spelling] for spelling in META_KEYS if spelling in meta}
+    if len(set(map(canonical, given.values()))) > 1:
+        raise Refused(f"refused, nothing called: the call's _meta gives two different idempotency keys "
+                      f"({', '.join(f'{spelling} = {canonical(value)}' for spelling, value in given.items())}); "
+                      "give one key, under one of these names")
+    value = next(iter(given.values()), None)
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        raise Refused(f"tool {policy.name} takes its idempotency key from the call's _meta: "
+                      f'pass _meta {{"{META_KEY}": "<key>"}} (or "idempotencyKey", '
+                      '"io.modelcontextprotocol/idempotency-key"): a string of at most 200 characters')
+    return value
 
 
 def keyed_job_id(material: dict, secret_key: str) -> str:

@@ -14,7 +14,8 @@
     name = "notes_create_note"                      # the name it is listed under (the default shown; at most 48 of A-Z a-z 0-9 _ -)
     effect = "reversible"                           # "none" (read-only, passed through), "reversible", "irreversible"
     key = "arguments"                               # "arguments" (canonical JSON with tenant and tool),
-                                                    # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"])
+                                                    # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"],
+                                                    # or "idempotencyKey", "io.modelcontextprotocol/idempotency-key")
     timeout = 5
     redact = ["api_key"]                            # never written to the ledger nor shown
     # The look-up that settles an unknown call: the read-only tool, its arguments from the call's
@@ -51,6 +52,10 @@ from ledger.declarations import DeclarationError, parse_action, plain_http_probl
 EFFECTS = ("none", "reversible", "irreversible")
 APPROVALS = ("first_call", "replay")
 META_KEY = "reckon/idempotency_key"  # where a client passes its own key, in the call's _meta
+# The spellings of a client's key the ecosystem already sends in a call's _meta, beside Reckon's own:
+# SEP-3182's (`idempotencyKey`), and the reserved-prefix forms its demos and SDKs use.
+META_KEYS = (META_KEY, "idempotencyKey", "io.modelcontextprotocol/idempotency-key",
+             "io.modelcontextprotocol/idempotencyKey")
 # The reconciler of every tool that reconciles through a read-only tool of its upstream.
 LOOKUP_RECONCILER = "gateway.reconcile.look_up"
 UPSTREAM_KEYS = {"name", "tenant", "url", "command", "env", "headers", "timeout", "tools"}
