@@ -131,7 +131,7 @@ def key_material(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -
         return {"tenant": tenant, "tool": policy.name, "key": given}, f"_meta {META_KEY}"
     name = policy.key.removeprefix("argument:")
     if not isinstance(arguments.get(name), (str, int)) or isinstance(arguments.get(name), bool):
-        raise Refused(f"tool {policy.name} takes its idempotency key from the argument {name!r}, "
+        raise Refused(f"tool {policy.listed_name} takes its idempotency key from the argument {name!r}, "
                       "which this call lacks (or is not a string or an integer)")
     return {"tenant": tenant, "tool": policy.name, "key": arguments[name]}, f"argument {name}"
 
@@ -146,7 +146,7 @@ def client_key(policy: ToolPolicy, meta: dict) -> str:
                       "give one key, under one of these names")
     value = next(iter(given.values()), None)
     if not isinstance(value, str) or not value.strip() or len(value) > 200:
-        raise Refused(f"tool {policy.name} takes its idempotency key from the call's _meta: "
+        raise Refused(f"tool {policy.listed_name} takes its idempotency key from the call's _meta: "
                       f'pass _meta {{"{META_KEY}": "<key>"}} (or "idempotencyKey", '
                       '"io.modelcontextprotocol/idempotency-key"): a string of at most 200 characters')
     return value
@@ -252,7 +252,7 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
     upstream = get_upstream(policy.upstream)
     tenant = upstream.tenant
     if not token.allows(tenant=tenant, action=policy.action):
-        raise Refused(f"token {token.name!r} may not call {policy.name} (tenant {tenant}, action {policy.action})")
+        raise Refused(f"token {token.name!r} may not call {policy.listed_name} (tenant {tenant}, action {policy.action})")
     job_id, made_of, digest = job_id_for(policy, tenant, arguments, meta)
     payload = {"upstream": policy.upstream, "tool": policy.tool, "arguments": redacted(policy, arguments),
                "arguments_digest": digest, "key_made_of": made_of}
@@ -285,7 +285,7 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
 
 def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
     """A key whose call was made long enough ago that only its tombstone is left."""
-    return f"archived: this call of {policy.name} was made before: {refusal}; not repeated, nothing called"
+    return f"archived: this call of {policy.listed_name} was made before: {refusal}; not repeated, nothing called"
 
 
 def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:

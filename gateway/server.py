@@ -139,14 +139,14 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     upstream = get_upstream(policy.upstream)
     if not token.allows(tenant=upstream.tenant, action=policy.action):
         return _result(calls.Answer.saying(
-            f"token {token.name!r} may not call {policy.name} (tenant {upstream.tenant}, action {policy.action})"))
+            f"token {token.name!r} may not call {policy.listed_name} (tenant {upstream.tenant}, action {policy.action})"))
     if not policy.journaled:  # read-only: passed through, not journaled
         try:
             with anyio.fail_after(policy.timeout):
                 return types.CallToolResult.model_validate(
                     await upstreams.call_tool(upstream, policy.tool, arguments))
         except Exception as exc:
-            return _result(calls.Answer.saying(f"{policy.name} did not answer: {type(exc).__name__}: {exc}"))
+            return _result(calls.Answer.saying(f"{policy.listed_name} did not answer: {type(exc).__name__}: {exc}"))
     try:
         opened = await to_thread.run_sync(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
                                                                   meta=meta, agent=agent, caller=caller))
