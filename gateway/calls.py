@@ -279,8 +279,7 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
                           f"refused, nothing called; job {job_id}", job=Job.objects.filter(job_id=job_id).first()) from None
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
-        go = _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments))
-        return Go(go.job_id, go.lease, go.idempotency_key, go.secrets, dict(caller or {})) if isinstance(go, Go) else go
+        return _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments), dict(caller or {}))
 
 
 def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
@@ -288,13 +287,14 @@ def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
     return f"archived: this call of {policy.listed_name} was made before: {refusal}; not repeated, nothing called"
 
 
-def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:
+def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple,
+                  caller: dict) -> Answer | Go:
     if job.status == JobStatus.RUNNING and sweep_expired_lease(job_id=job.job_id):
         job.refresh_from_db()  # its call's gateway stopped renewing the lease: swept now, not "in progress"
     if job.status == JobStatus.PENDING and policy.effect == "irreversible" and policy.approval == "first_call":
         attempt = latest_attempt(job)
         if attempt.number == 1 and attempt.execution_state == Execution.NOT_STARTED:
-            return _hold_for_approval(job.job_id, policy, agent, token)
+            return _hold_for_approval(job.job_id, policy, agent, token, caller)
     if job.status == JobStatus.PENDING:
         try:
             lease = claim_and_begin(job_id=job.job_id, worker=agent)
@@ -304,7 +304,7 @@ def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, 
         except ClaimRefused as exc:
             job.refresh_from_db()
             return Answer.saying(f"not called: {exc}", job=job)
-        return Go(job.job_id, lease, job.idempotency_key, secrets)
+        return Go(job.job_id, lease, job.idempotency_key, secrets, caller)
     return answer_from_ledger(job)
 
 
@@ -394,14 +394,15 @@ def reconciled(job: Job) -> Answer:
     return Answer([{"type": "text", "text": text}], meta=meta)
 
 
-def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: WorkerToken) -> Answer:
+def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: WorkerToken, caller: dict) -> Answer:
     """An irreversible tool's first call: its attempt is closed unrun and a person is asked."""
     job = lock_job(job_id=job_id)
     attempt = latest_attempt(job)
     note = f"irreversible tool {policy.name}: approval is asked before its first call"
     with Batch() as batch:
         batch.transition(job, attempt, actor_type=ActorType.WORKER, actor=agent, kind=EventKind.APPROVAL_REQUESTED,
-                         execution_state=Execution.FAILED, note=f"not run: {note}")
+                         execution_state=Execution.FAILED, note=f"not run: {note}",
+                         evidence={CALLER: caller} if caller else None)
         # Four eyes: whoever made the agent's token may not approve what the agent asks for.
         open_approval_request(batch, job, attempt, requested_by=token.created_by, actor=agent,
                               actor_type=ActorType.WORKER, reason=note,

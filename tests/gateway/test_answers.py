@@ -107,6 +107,8 @@ def test_awaiting_approval_says_do_not_call_again_until_approved(desk_gateway, h
 
     job = Job.objects.get(action="mcp:desk.open_ticket")
     assert job.status == JobStatus.AWAITING_APPROVAL and helpdesk.tickets(ref) == 0
+    asked = job.events.filter(kind="approval_requested", evidence__has_key="mcp").get()  # the attempt closed unrun
+    assert asked.evidence["mcp"] == {"client": "test-agent/1.0", "protocol_version": "2026-07-28"}
     for answer in (held, again):
         assert answer.is_error and "awaiting approval" in text(answer)
         assert "do not call again until they have" in text(answer) and "Once approved, call again" in text(answer)
