@@ -1,10 +1,11 @@
 """The gateway: an MCP server (Streamable HTTP, stateless) in front of the declared upstreams.
 
 `tools/list` shows the declared tools the caller's worker token may call, each under its listed
-name (`<upstream>_<tool>` unless declared otherwise: names model APIs accept, gateway/config.py);
-`tools/call` takes that name or Reckon's own `<upstream>.<tool>`, passes a read-only tool through and journals every other one
-(gateway/calls.py). Being stateless, any gateway process can serve any request: what a call
-must remember lives in the ledger.
+name (`<upstream>_<tool>` unless declared otherwise: names model APIs accept, gateway/config.py)
+with Reckon's policy in its hints and `_meta`; `tools/call` takes that name or Reckon's own
+`<upstream>.<tool>`, passes a read-only tool through and journals every other one (gateway/calls.py).
+Being stateless, any gateway process can serve any request: what a call must remember lives in the
+ledger.
 """
 
 from __future__ import annotations
@@ -182,10 +183,10 @@ def _result(answer: calls.Answer) -> types.CallToolResult:
 
 
 def tool_input_schema(name: str) -> dict | None:
-    """The input schema of the tool a call names (gateway.config.policy_named) as its upstream last listed it, for the SDK's check of
-    a call's Mcp-Param-* headers. Without it the SDK runs this server's whole tools/list (which
-    asks every upstream) before each tools/call: measured, that was a third of a call's time in
-    the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
+    """The input schema of the tool a call names (either name) as its upstream last listed it, for
+    the SDK's check of a call's Mcp-Param-* headers. Without it the SDK runs this server's whole
+    tools/list (which asks every upstream) before each tools/call: measured, that was a third of a
+    call's time in the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
     skips that check, as the SDK does when a listing fails; the call itself is still checked
     against the token and the tool's declared policy."""
     policy = policy_named(name)
