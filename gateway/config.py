@@ -99,6 +99,10 @@ class ToolPolicy:
     approval: str = "replay"
     listed_name: str = ""  # the name tools/list shows (listed_name_of); the dotted `name` is still accepted
 
+    def __post_init__(self):
+        if not self.listed_name:  # (made without a declaration's name: the default)
+            object.__setattr__(self, "listed_name", listed_name_of(self.upstream, self.tool))
+
     @property
     def name(self) -> str:
         """Reckon's own name of the tool: its action's, its job ids', the ledger's (and a call by it is
