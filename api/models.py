@@ -75,3 +75,20 @@ class WorkerToken(models.Model):
         if ALL not in self.actions:
             return list(self.actions)
         return [action.name for action in registered_actions() if not is_gateway_action(action.name)]
+
+
+class EnqueueKey(models.Model):
+    """An `Idempotency-Key` a token sent with an enqueue (api/enqueue_keys.py): the request it was
+    first sent with (a digest) and the job that request made. Written in the enqueue's transaction."""
+
+    token = models.ForeignKey(WorkerToken, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_digest = models.CharField(max_length=64)
+    job_id = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["token", "key"], name="enqueue_key_per_token")]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.job_id}"

@@ -16,12 +16,14 @@ from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.responses import Status
 
+from api import enqueue_keys
 from api.body import parse_json_object
 from api.claims import NOTHING_HEADERS, claim_next, claim_scope, client_gone_from
 from api.http import (
     ApiError,
     WorkerTokenAuth,
     check_reach,
+    error_response,
     field_message,
     http_error,
     invalid_fields,
@@ -145,7 +147,7 @@ def answers(
     """`response` and `openapi_extra` for an operation: its schemas, and what each answer means."""
     codes = [*errors, 409] if conflict else list(errors)
     descriptions = {**{status: {"description": text} for status, (_, text) in ok.items()}}
-    descriptions.update({code: {"description": (error_texts or {}).get(code, ERRORS[code])} for code in errors})
+    descriptions.update({code: {"description": (error_texts or {}).get(code) or ERRORS[code]} for code in errors})
     if conflict:
         descriptions[409] = {"description": conflict}
     for status, operation_links in (links or {}).items():
@@ -300,35 +302,73 @@ def _scope(request: HttpRequest) -> Scope:
 # -- endpoints ------------------------------------------------------------------------------------
 
 
+ENQUEUE_ANSWERS = answers(
+    {
+        201: (Job, "created by this request"),
+        200: (Job, "the same job was already enqueued (or this Idempotency-Key's request was): it is returned"),
+    },
+    400,
+    401,
+    403,
+    413,
+    415,
+    422,
+    conflict=(
+        "job_conflict: this id names other work of yours (the message says which fields "
+        "differ); job_archived: this id's job finished and its history was archived (the message "
+        "says its final state, when and the archive file): it is never run again; "
+        "job_id_unavailable: the id is taken by work outside your token's scope; "
+        "idempotency_key_in_flight: a request with this Idempotency-Key is being enqueued now (ask again "
+        "after Retry-After for its answer)"
+    ),
+    error_texts={422: "idempotency_key_reused: this Idempotency-Key was sent before with another request; "
+                      "nothing was enqueued"},
+    links={201: JOB_LINKS, 200: JOB_LINKS},
+    headers={200: {"Idempotent-Replayed": {
+        "description": "true: the answer is for the Idempotency-Key's first request", "schema": {"type": "string"}}},
+             409: {"Retry-After": {"description": "idempotency_key_in_flight: seconds to wait before asking again",
+                                   "schema": {"type": "integer"}}}},
+)
+ENQUEUE_ANSWERS["openapi_extra"]["parameters"] = [{
+    "name": enqueue_keys.HEADER, "in": "header", "required": False, "schema": {
+        "type": "string", "minLength": 1, "maxLength": enqueue_keys.MAX_LENGTH, "pattern": "^[!-~]+$"},
+    "description": (
+        "A key of the caller's for this request (Stripe's semantics, scoped to the token): the same key with "
+        "the same request answers the same job; with another request, 422; while its first request is being "
+        "enqueued, 409 with Retry-After. Without it the enqueue is idempotent on job_id alone."),
+}]
+
+
 @api.post(
     "/jobs",
     operation_id="enqueueJob",
-    summary="Enqueue a job (idempotent on job_id)",
-    **answers(
-        {
-            201: (Job, "created by this request"),
-            200: (Job, "the same job was already enqueued; it is returned"),
-        },
-        400,
-        401,
-        403,
-        413,
-        415,
-        conflict=(
-            "job_conflict: this id names other work of yours (the message says which fields "
-            "differ); job_archived: this id's job finished and its history was archived (the message "
-            "says its final state, when and the archive file): it is never run again; "
-            "job_id_unavailable: the id is taken by work outside your token's scope"
-        ),
-        links={201: JOB_LINKS, 200: JOB_LINKS},
-    ),
+    summary="Enqueue a job (idempotent on job_id, and on an Idempotency-Key)",
+    **ENQUEUE_ANSWERS,
 )
-def enqueue(request: HttpRequest, body: EnqueueRequest):
+def enqueue(request: HttpRequest, body: EnqueueRequest, response: HttpResponse):
     token = request.auth
     check_reach(token, tenants=[body.tenant], actions=[body.action], doing="enqueue")
+    key = request.headers.get(enqueue_keys.HEADER)
+    if key is not None:
+        try:
+            key = enqueue_keys.checked_key(key)
+        except ValueError as exc:
+            raise ApiError(400, "invalid", "the Idempotency-Key header is invalid",
+                           fields={enqueue_keys.HEADER: str(exc)}) from None
     conflict = holder = None
+    replayed = False
     try:
-        job = services.enqueue_job(**body.model_dump(), actor=holder_name(token, "api"))
+        if key is None:
+            job = services.enqueue_job(**body.model_dump(), actor=holder_name(token, "api"))
+        else:
+            job, replayed = enqueue_keys.enqueue_with_key(token=token, key=key, request=body.model_dump(),
+                                                          actor=holder_name(token, "api"))
+    except enqueue_keys.KeyInFlight as exc:
+        answer = error_response(409, "idempotency_key_in_flight", str(exc))
+        answer["Retry-After"] = str(enqueue_keys.IN_FLIGHT_RETRY_AFTER_S)
+        return answer
+    except enqueue_keys.KeyReused as exc:
+        raise ApiError(422, "idempotency_key_reused", str(exc)) from None
     except services.JobArchived as refused:  # its history was archived: the tombstone says whose it was
         conflict, holder = refused, {"tenant": refused.tombstone.tenant, "action": refused.tombstone.action}
     except services.JobConflict as refused:
@@ -338,7 +378,9 @@ def enqueue(request: HttpRequest, body: EnqueueRequest):
         if not token.reaches(**holder):  # say nothing of work this token cannot see
             raise ApiError(409, "job_id_unavailable", "this job id is taken; choose another")
         raise conflict
-    return Status(201 if job.created_now else 200, job_json(job, token))
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
+    return Status(201 if job.created_now and not replayed else 200, job_json(job, token))
 
 
 @api.get(

@@ -219,7 +219,7 @@ def mcp_calls(world: World, *, seconds: float, clients=(1, 4)) -> dict:
         direct = _run(upstream_url, token, "create_note", count, seconds)
         cpu_direct = _cpu_ms_per_call(direct, cpu, cpu := _cpu(world, gateway, upstream))
         wal = _wal(world)
-        through = _run(gateway_url, token, "notes.create_note", count, seconds)
+        through = _run(gateway_url, token, "notes_create_note", count, seconds)
         wal = _wal(world) - wal
         cpu_through = _cpu_ms_per_call(through, cpu, _cpu(world, gateway, upstream))
         rows.append({"clients": count, "direct_calls_per_s": direct["calls_per_s"],

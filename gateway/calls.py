@@ -21,10 +21,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 
 from api.models import WorkerToken
 from approvals.services import open_approval_request
-from gateway.config import META_KEY, ToolPolicy, get_upstream
+from gateway.config import META_KEY, META_KEYS, ToolPolicy, get_upstream
 from gateway.reconcile import FOUND, LOOKUP, RESULT
 from ledger.models import Job, JobTombstone, LedgerEvent
 from ledger.services import (
@@ -65,9 +66,14 @@ class Answer:
     meta: dict = field(default_factory=dict)
 
     @classmethod
-    def saying(cls, text: str, *, job: Job | None = None, **meta) -> Answer:
+    def saying(cls, text: str, *, job: Job | None = None, retry: str | None = None, retry_after_s: int | None = None,
+               **meta) -> Answer:
         extra = {"reckon/job": job.job_id, "reckon/status": job.status, "reckon/console": console_link(job)} \
             if job is not None else {}
+        if retry is not None:
+            extra["reckon/retry"] = retry
+        if retry_after_s is not None:
+            extra["reckon/retry_after_s"] = retry_after_s
         return cls([{"type": "text", "text": text}], is_error=True, meta={**extra, **meta})
 
     @classmethod
@@ -83,6 +89,7 @@ class Go:
     lease: Lease
     idempotency_key: str  # passed on to the upstream in the call's _meta
     secrets: tuple = ()  # the call's redacted values: scrubbed from whatever is written of it
+    caller: dict = field(default_factory=dict)  # the MCP client and protocol version: on the attempt's closing event
 
 
 def console_link(job: Job) -> str:
@@ -118,16 +125,31 @@ def key_material(policy: ToolPolicy, tenant: str, arguments: dict, meta: dict) -
     if policy.key == "arguments":
         return {"tenant": tenant, "tool": policy.name, "arguments": arguments}, "arguments"
     if policy.key == "meta":
-        given = meta.get(META_KEY)
-        if not isinstance(given, str) or not given.strip() or len(given) > 200:
-            raise Refused(f"tool {policy.name} takes its idempotency key from the call's _meta: "
-                          f'pass _meta {{"{META_KEY}": "<key>"}} (a string of at most 200 characters)')
+        given = client_key(policy, meta)
+        # (Named by Reckon's own spelling whichever the client used: the same key sent once as
+        # idempotencyKey and once as reckon/idempotency_key is one call.)
         return {"tenant": tenant, "tool": policy.name, "key": given}, f"_meta {META_KEY}"
     name = policy.key.removeprefix("argument:")
     if not isinstance(arguments.get(name), (str, int)) or isinstance(arguments.get(name), bool):
-        raise Refused(f"tool {policy.name} takes its idempotency key from the argument {name!r}, "
+        raise Refused(f"tool {policy.listed_name} takes its idempotency key from the argument {name!r}, "
                       "which this call lacks (or is not a string or an integer)")
     return {"tenant": tenant, "tool": policy.name, "key": arguments[name]}, f"argument {name}"
+
+
+def client_key(policy: ToolPolicy, meta: dict) -> str:
+    """The key a client passed in the call's _meta, under any spelling of META_KEYS; two different
+    keys at once are refused (which one would the client mean?)."""
+    given = {spelling: meta[spelling] for spelling in META_KEYS if spelling in meta}
+    if len(set(map(canonical, given.values()))) > 1:
+        raise Refused(f"refused, nothing called: the call's _meta gives two different idempotency keys "
+                      f"({', '.join(f'{spelling} = {canonical(value)}' for spelling, value in given.items())}); "
+                      "give one key, under one of these names")
+    value = next(iter(given.values()), None)
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        raise Refused(f"tool {policy.listed_name} takes its idempotency key from the call's _meta: "
+                      f'pass _meta {{"{META_KEY}": "<key>"}} (or "idempotencyKey", '
+                      '"io.modelcontextprotocol/idempotency-key"): a string of at most 200 characters')
+    return value
 
 
 def keyed_job_id(material: dict, secret_key: str) -> str:
@@ -222,11 +244,15 @@ def scrubbed(value, secrets: tuple):
     return value
 
 
-def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: dict, agent: str) -> Answer | Go:
+CALLER = "mcp"  # evidence: the client (clientInfo) and protocol version of the call that ran the attempt
+
+
+def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: dict, agent: str,
+              caller: dict | None = None) -> Answer | Go:
     upstream = get_upstream(policy.upstream)
     tenant = upstream.tenant
     if not token.allows(tenant=tenant, action=policy.action):
-        raise Refused(f"token {token.name!r} may not call {policy.name} (tenant {tenant}, action {policy.action})")
+        raise Refused(f"token {token.name!r} may not call {policy.listed_name} (tenant {tenant}, action {policy.action})")
     job_id, made_of, digest = job_id_for(policy, tenant, arguments, meta)
     payload = {"upstream": policy.upstream, "tool": policy.tool, "arguments": redacted(policy, arguments),
                "arguments_digest": digest, "key_made_of": made_of}
@@ -241,7 +267,7 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
         if lease is not None:
-            return Go(job_id, lease, lease.job.idempotency_key, secrets_of(policy, arguments))
+            return Go(job_id, lease, lease.job.idempotency_key, secrets_of(policy, arguments), dict(caller or {}))
     with transaction.atomic():
         try:
             job = enqueue_job(job_id=job_id, tenant=tenant, action=policy.action, payload=payload,
@@ -253,35 +279,53 @@ def open_call(*, token: WorkerToken, policy: ToolPolicy, arguments: dict, meta: 
                           f"refused, nothing called; job {job_id}", job=Job.objects.filter(job_id=job_id).first()) from None
         except InvalidJob as exc:
             raise Refused(str(exc)) from None
-        return _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments))
+        return _answer_or_go(job, policy, agent, token, secrets_of(policy, arguments), dict(caller or {}))
 
 
 def archived(policy: ToolPolicy, refusal: JobArchived) -> str:
     """A key whose call was made long enough ago that only its tombstone is left."""
-    return f"archived: this call of {policy.name} was made before: {refusal}; not repeated, nothing called"
+    return f"archived: this call of {policy.listed_name} was made before: {refusal}; not repeated, nothing called"
 
 
-def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple) -> Answer | Go:
+def _answer_or_go(job: Job, policy: ToolPolicy, agent: str, token: WorkerToken, secrets: tuple,
+                  caller: dict) -> Answer | Go:
     if job.status == JobStatus.RUNNING and sweep_expired_lease(job_id=job.job_id):
         job.refresh_from_db()  # its call's gateway stopped renewing the lease: swept now, not "in progress"
     if job.status == JobStatus.PENDING and policy.effect == "irreversible" and policy.approval == "first_call":
         attempt = latest_attempt(job)
         if attempt.number == 1 and attempt.execution_state == Execution.NOT_STARTED:
-            return _hold_for_approval(job.job_id, policy, agent, token)
+            return _hold_for_approval(job.job_id, policy, agent, token, caller)
     if job.status == JobStatus.PENDING:
         try:
             lease = claim_and_begin(job_id=job.job_id, worker=agent)
         except GateClosed as exc:
-            return Answer.saying(f"not called: {exc}; call again later", job=job)
+            return Answer.saying(f"not called: {exc}; call again with the same arguments in about {GATE_RETRY_S} s",
+                                 job=job, retry=RETRY_LATER, retry_after_s=GATE_RETRY_S)
         except ClaimRefused as exc:
             job.refresh_from_db()
             return Answer.saying(f"not called: {exc}", job=job)
-        return Go(job.job_id, lease, job.idempotency_key, secrets)
+        return Go(job.job_id, lease, job.idempotency_key, secrets, caller)
     return answer_from_ledger(job)
 
 
+# What an agent is told to do next, in every answer that is Reckon's word (`_meta["reckon/retry"]`):
+# a framework's retry loop, or a model, must not read "held" as "try again now".
+RETRY_NEVER = "never"  # not run and never will be: do not call again
+RETRY_AFTER = "after"  # call again with the same arguments after reckon/retry_after_s: the outcome, never a second run
+RETRY_AFTER_APPROVAL = "after_approval"  # a person must approve first; then call again with the same arguments
+RETRY_AFTER_SETTLED = "after_settled"  # a person settles it; a call after that returns the outcome
+RETRY_LATER = "later"  # not called now (the gate is closed): the same call may run later
+GATE_RETRY_S = 30  # how soon to ask again while the dead-man gate holds irreversible effects
+
+
+def _seconds_until(moment, floor: int = 1) -> int:
+    return max(floor, int((moment - timezone.now()).total_seconds() + 0.999)) if moment else floor
+
+
 def answer_from_ledger(job: Job) -> Answer:
-    """What the ledger says of a key whose call is not to run now."""
+    """What the ledger says of a key whose call is not to run now: the state, in a sentence that says
+    whether and when to call again, and the same in `_meta` (reckon/status, reckon/job, reckon/retry,
+    reckon/retry_after_s) for a client that reads it."""
     replay = {REPLAY_META: True, "reckon/job": job.job_id}
     if job.status == JobStatus.SUCCEEDED:
         result = recorded_result(job)
@@ -292,19 +336,30 @@ def answer_from_ledger(job: Job) -> Answer:
         result = recorded_result(job)
         if result is not None:
             return Answer.recorded(result, **replay)
-        return Answer.saying(f"failed: {latest_attempt(job).error}; job {job.job_id}; not repeated", job=job, **replay)
+        return Answer.saying(f"failed: {latest_attempt(job).error}; job {job.job_id}; not repeated: do not call "
+                             "again with these arguments", job=job, retry=RETRY_NEVER, **replay)
     if job.status == JobStatus.NEEDS_RECONCILIATION:
-        return Answer.saying(f"outcome unknown, not repeated; job {job.job_id}; the reconciler or an operator "
-                             f"will settle it: {console_link(job)}", job=job)
+        wait = _seconds_until(job.next_check_at)
+        return Answer.saying(f"outcome unknown, not repeated: do not call this tool again for it now. Reckon's "
+                             f"reconciler (or an operator) will find out whether it happened; job {job.job_id}: "
+                             f"{console_link(job)}. Calling again with the same arguments, after about {wait} s, "
+                             "returns what was found and never runs it twice", job=job, retry=RETRY_AFTER,
+                             retry_after_s=wait)
     if job.status == JobStatus.AWAITING_APPROVAL:
-        return Answer.saying(f"awaiting approval: a person must approve this call before it runs; job {job.job_id}: "
-                             f"{console_link(job)}; call again with the same arguments once approved", job=job)
+        return Answer.saying(f"awaiting approval: a person must approve this call before it runs; do not call "
+                             f"again until they have; job {job.job_id}: {console_link(job)}. Once approved, call "
+                             "again with the same arguments: it runs once", job=job, retry=RETRY_AFTER_APPROVAL)
     if job.status == JobStatus.RUNNING:
-        return Answer.saying(f"in progress in another call, not repeated; job {job.job_id}", job=job)
+        wait = int(settings.RECKON_MCP_GATEWAY_LEASE_S + 0.999)
+        return Answer.saying(f"in progress in another call, not repeated; job {job.job_id}. Calling again with the "
+                             f"same arguments after about {wait} s returns its outcome", job=job, retry=RETRY_AFTER,
+                             retry_after_s=wait)
     if job.status == JobStatus.CANCELLED:
-        return Answer.saying(f"cancelled by a person, not run; job {job.job_id}: {console_link(job)}", job=job)
-    return Answer.saying(f"held for an operator ({job.status}), not repeated; job {job.job_id}: {console_link(job)}",
-                         job=job)
+        return Answer.saying(f"cancelled by a person, not run: do not call again with these arguments; job "
+                             f"{job.job_id}: {console_link(job)}", job=job, retry=RETRY_NEVER)
+    return Answer.saying(f"held for an operator ({job.status}), not repeated: do not call again now; a person will "
+                         f"settle it; job {job.job_id}: {console_link(job)}. A call with the same arguments after "
+                         "that returns the outcome", job=job, retry=RETRY_AFTER_SETTLED)
 
 
 def recorded_result(job: Job) -> dict | None:
@@ -339,14 +394,15 @@ def reconciled(job: Job) -> Answer:
     return Answer([{"type": "text", "text": text}], meta=meta)
 
 
-def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: WorkerToken) -> Answer:
+def _hold_for_approval(job_id: str, policy: ToolPolicy, agent: str, token: WorkerToken, caller: dict) -> Answer:
     """An irreversible tool's first call: its attempt is closed unrun and a person is asked."""
     job = lock_job(job_id=job_id)
     attempt = latest_attempt(job)
     note = f"irreversible tool {policy.name}: approval is asked before its first call"
     with Batch() as batch:
         batch.transition(job, attempt, actor_type=ActorType.WORKER, actor=agent, kind=EventKind.APPROVAL_REQUESTED,
-                         execution_state=Execution.FAILED, note=f"not run: {note}")
+                         execution_state=Execution.FAILED, note=f"not run: {note}",
+                         evidence={CALLER: caller} if caller else None)
         # Four eyes: whoever made the agent's token may not approve what the agent asks for.
         open_approval_request(batch, job, attempt, requested_by=token.created_by, actor=agent,
                               actor_type=ActorType.WORKER, reason=note,
@@ -362,13 +418,17 @@ def close_call(go: Go, result: dict) -> Answer:
         if result.get("isError"):
             text = " ".join(part.get("text", "") for part in result.get("content", []) if part.get("type") == "text")
             record_failure(lease=go.lease, error=(text or "the tool reported an error")[:1000], retryable=True,
-                           evidence={RESULT: result})
+                           evidence={RESULT: result, **_caller(go)})
         else:
-            record_success(lease=go.lease, result_ref=_summary(result), evidence={RESULT: result})
+            record_success(lease=go.lease, result_ref=_summary(result), evidence={RESULT: result, **_caller(go)})
     except StaleLease:
         # The lease ran out and the sweeper made the attempt unknown: the reconciler will settle it.
         return Answer.recorded(result, **{"reckon/job": go.job_id, "reckon/late": True})
     return Answer.recorded(result, **{"reckon/job": go.job_id})
+
+
+def _caller(go: Go) -> dict:
+    return {CALLER: go.caller} if go.caller else {}
 
 
 def renew_call(go: Go) -> bool:
@@ -384,7 +444,7 @@ def renew_call(go: Go) -> bool:
 def lose_call(go: Go, reason: str) -> Answer:
     reason = scrubbed(reason, go.secrets)
     try:
-        record_unknown(lease=go.lease, reason=reason, evidence={"reason": reason})
+        record_unknown(lease=go.lease, reason=reason, evidence={"reason": reason, **_caller(go)})
     except (StaleLease, LedgerError):
         pass  # already settled elsewhere (the sweeper); what the ledger says is the answer
     return answer_from_ledger(Job.objects.get(job_id=go.job_id))

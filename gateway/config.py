@@ -1,7 +1,7 @@
 """MCP upstreams and their tools' policies, declared in the actions file beside the actions.
 
     [[mcp.upstreams]]
-    name = "notes"                                  # tools are called as "notes.<tool>"
+    name = "notes"                                  # tools are listed as "notes_<tool>" (docs/agents/mcp-tool-names.md)
     tenant = "acme"                                 # the tenant whose jobs these calls are
     url = "http://127.0.0.1:9100/mcp"               # Streamable HTTP (http:// only as a webhook may: loopback
                                                     # or RECKON_WEBHOOK_HTTP_HOSTS); or command = ["python", "server.py"]
@@ -11,9 +11,11 @@
     timeout = 10                                    # seconds, for every tool without its own
 
     [mcp.upstreams.tools.create_note]
+    name = "notes_create_note"                      # the name it is listed under (the default shown; at most 48 of A-Z a-z 0-9 _ -)
     effect = "reversible"                           # "none" (read-only, passed through), "reversible", "irreversible"
     key = "arguments"                               # "arguments" (canonical JSON with tenant and tool),
-                                                    # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"])
+                                                    # "argument:<name>", or "meta" (_meta["reckon/idempotency_key"],
+                                                    # or "idempotencyKey", "io.modelcontextprotocol/idempotency-key")
     timeout = 5
     redact = ["api_key"]                            # never written to the ledger nor shown
     # The look-up that settles an unknown call: the read-only tool, its arguments from the call's
@@ -27,12 +29,15 @@
     approval = "first_call"                         # or "replay": only before a replay after an unknown
 
 Each side-effecting tool is registered as the action `mcp:<upstream>.<tool>` (worker tokens name
-it in their actions). A bad declaration stops start-up with one message naming the file.
+it in their actions): that dotted name is Reckon's own (the actions, job ids, the ledger) and is
+still accepted in a call; the listed name is the one model APIs accept. A bad declaration, or two
+tools listed under one name, stops start-up with one message naming the file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -47,13 +52,22 @@ from ledger.declarations import DeclarationError, parse_action, plain_http_probl
 EFFECTS = ("none", "reversible", "irreversible")
 APPROVALS = ("first_call", "replay")
 META_KEY = "reckon/idempotency_key"  # where a client passes its own key, in the call's _meta
+# The spellings of a client's key the ecosystem already sends in a call's _meta, beside Reckon's own:
+# SEP-3182's (`idempotencyKey`), and the reserved-prefix forms its demos and SDKs use.
+META_KEYS = (META_KEY, "idempotencyKey", "io.modelcontextprotocol/idempotency-key",
+             "io.modelcontextprotocol/idempotencyKey")
 # The reconciler of every tool that reconciles through a read-only tool of its upstream.
 LOOKUP_RECONCILER = "gateway.reconcile.look_up"
 UPSTREAM_KEYS = {"name", "tenant", "url", "command", "env", "headers", "timeout", "tools"}
-TOOL_KEYS = {"effect", "key", "timeout", "redact", "reconcile", "approval", "max_attempts",
+TOOL_KEYS = {"name", "effect", "key", "timeout", "redact", "reconcile", "approval", "max_attempts",
              "reconciler", "webhook_url", "webhook_secrets", "webhook_timeout", "reconciliation_lease",
              "runbook_url", "check_by_hand"}
 # Keys a tool passes on to the ledger's own declaration parser (ledger/declarations.py).
+# A listed tool name: what OpenAI's function names and Anthropic's tool names accept
+# (^[a-zA-Z0-9_-]{1,64}$), less room for a client's own prefix (Claude Code's "mcp__<server>__").
+LISTED_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,48}$")
+LISTED_NAME_MAX = 48
+NOT_LISTABLE = re.compile(r"[^A-Za-z0-9_-]")
 PASSED_ON = ("reconciler", "webhook_url", "webhook_secrets", "webhook_timeout", "reconciliation_lease",
              "max_attempts", "runbook_url", "check_by_hand")
 
@@ -83,10 +97,16 @@ class ToolPolicy:
     redact: tuple[str, ...] = ()
     lookup: Lookup | None = None
     approval: str = "replay"
+    listed_name: str = ""  # the name tools/list shows (listed_name_of); the dotted `name` is still accepted
+
+    def __post_init__(self):
+        if not self.listed_name:  # (made without a declaration's name: the default)
+            object.__setattr__(self, "listed_name", listed_name_of(self.upstream, self.tool))
 
     @property
     def name(self) -> str:
-        """The name the agent calls it by."""
+        """Reckon's own name of the tool: its action's, its job ids', the ledger's (and a call by it is
+        still accepted, for clients configured before names were listed as model APIs accept them)."""
         return f"{self.upstream}.{self.tool}"
 
     @property
@@ -153,6 +173,22 @@ def get_upstream(name: str) -> Upstream | None:
     return _upstreams.get(name)
 
 
+def listed_name_of(upstream: str, tool: str) -> str:
+    """The default listed name: `<upstream>_<tool>`, every character outside [A-Za-z0-9_-] made `_`."""
+    return NOT_LISTABLE.sub("_", f"{upstream}_{tool}")
+
+
+def policy_named(name: str) -> ToolPolicy | None:
+    """The declared tool a call names: by its listed name, or by Reckon's dotted `<upstream>.<tool>`."""
+    for declared in _upstreams.values():  # (a handful of tools: read, not indexed, so never stale)
+        for policy in declared.tools.values():
+            if policy.listed_name == name:
+                return policy
+    upstream, _, tool = name.partition(".")
+    found = _upstreams.get(upstream)
+    return found.tools.get(tool) if found else None
+
+
 def policy_for_action(action: str) -> ToolPolicy | None:
     """The tool policy behind an `mcp:` action, or None."""
     upstream, _, tool = action.removeprefix("mcp:").partition(".")
@@ -173,6 +209,7 @@ def load_upstreams(path: Path | str) -> list[Upstream]:
     names = [upstream.name for upstream in loaded]
     if len(set(names)) != len(names):
         raise DeclarationError(f"{path}: an MCP upstream name is declared twice: {', '.join(names)}")
+    listed_names(loaded, source=str(path))
     for upstream, table in zip(loaded, tables.get("upstreams", []), strict=True):
         _upstreams[upstream.name] = upstream
         for name, policy in upstream.tools.items():
@@ -183,6 +220,22 @@ def load_upstreams(path: Path | str) -> list[Upstream]:
                 raise DeclarationError(f"{path}: action {policy.action} is declared twice (also in {already.source})")
             register(_action_of(policy, table["tools"][name], source=str(path), upstream=upstream))
     return loaded
+
+
+def listed_names(upstreams: list[Upstream], *, source: str) -> dict[str, ToolPolicy]:
+    """Each tool by the name it is listed under; two tools under one name stop the start."""
+    listed: dict[str, ToolPolicy] = {}
+    for upstream in upstreams:
+        for policy in upstream.tools.values():
+            other = listed.setdefault(policy.listed_name, policy)
+            if other is not policy:
+                raise DeclarationError(
+                    f"{source}: two MCP tools would be listed as {policy.listed_name!r}: "
+                    f"[mcp.upstreams.tools.{other.tool}] of upstream {other.upstream!r} and "
+                    f"[mcp.upstreams.tools.{policy.tool}] of upstream {policy.upstream!r}; "
+                    'give one of them its own name = "..." (letters, digits, _ and -, at most '
+                    f"{LISTED_NAME_MAX} characters)")
+    return listed
 
 
 def parse_upstream(table, *, source: str) -> Upstream:
@@ -249,8 +302,14 @@ def _parse_tool(upstream: str, tool: str, spec, timeout: float, refuse) -> ToolP
     effect = spec.get("effect")
     if effect not in EFFECTS:
         raise problem(f'effect must be one of {", ".join(EFFECTS)}, got {effect!r}')
+    listed_name = spec.get("name", listed_name_of(upstream, tool))
+    if not isinstance(listed_name, str) or not LISTED_NAME.fullmatch(listed_name):
+        given = "its own name" if "name" in spec else f"its default name {listed_name!r} (<upstream>_<tool>)"
+        raise problem(f"{given} is not a name model APIs accept with room for a client's prefix: "
+                      f"1 to {LISTED_NAME_MAX} of the letters A-Z a-z, digits, _ and -; "
+                      f'give it a name = "..." that is')
     if effect == "none":
-        extra = sorted(set(spec) - {"effect", "timeout"})
+        extra = sorted(set(spec) - {"effect", "timeout", "name"})
         if extra:
             raise problem(f"a read-only tool is passed through and not journaled: {', '.join(extra)} do not apply")
     key = spec.get("key", "arguments")
@@ -268,7 +327,7 @@ def _parse_tool(upstream: str, tool: str, spec, timeout: float, refuse) -> ToolP
         raise problem('approval is for irreversible tools: "first_call" or "replay"')
     lookup = _parse_lookup(spec, redact, problem) if "reconcile" in spec else None
     return ToolPolicy(upstream=upstream, tool=tool, effect=effect, key=key, timeout=float(tool_timeout),
-                      redact=tuple(redact), lookup=lookup, approval=approval)
+                      redact=tuple(redact), lookup=lookup, approval=approval, listed_name=listed_name)
 
 
 LOOKUP_EXAMPLE = ('reconcile = { tool = "find_tickets", arguments = { ref = "ref" }, found = "tickets", '

@@ -53,7 +53,7 @@ def refusal(token, arguments: dict) -> tuple[str, dict] | None:
         seconds = math.ceil(wait)
         return (f"refused, nothing called: token {token.name!r} is past its {rate.per_minute} tool calls a minute "
                 f"through this gateway (RECKON_MCP_GATEWAY_CALLS_PER_MINUTE); call again in {seconds} s",
-                {RETRY_AFTER_META: seconds})
+                {RETRY_AFTER_META: seconds, "reckon/retry": "later"})
     size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
     limit = settings.RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES
     if size > limit:

@@ -1,9 +1,11 @@
 """The gateway: an MCP server (Streamable HTTP, stateless) in front of the declared upstreams.
 
-`tools/list` shows the declared tools the caller's worker token may call, named
-`<upstream>.<tool>`; `tools/call` passes a read-only tool through and journals every other one
-(gateway/calls.py). Being stateless, any gateway process can serve any request: what a call
-must remember lives in the ledger.
+`tools/list` shows the declared tools the caller's worker token may call, each under its listed
+name (`<upstream>_<tool>` unless declared otherwise: names model APIs accept, gateway/config.py)
+with Reckon's policy in its hints and `_meta`; `tools/call` takes that name or Reckon's own
+`<upstream>.<tool>`, passes a read-only tool through and journals every other one (gateway/calls.py).
+Being stateless, any gateway process can serve any request: what a call must remember lives in the
+ledger.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from api.tokens import agent_name, authenticate
-from gateway import calls, limits
+from gateway import calls, handshakes, limits
 from gateway import upstream as upstreams
-from gateway.config import ToolPolicy, get_upstream
+from gateway.config import ToolPolicy, get_upstream, policy_named
 from gateway.config import upstreams as declared_upstreams
 from gateway.renewal import while_renewed
 
@@ -36,30 +38,39 @@ def _token(ctx):
     return ctx.request.scope["reckon.worker_token"]
 
 
+def _client(ctx) -> str:
+    """The MCP client's clientInfo as `name/version`: from this request's `_meta` (2026-07-28), or
+    from the session id the gateway gave its `initialize` (gateway/handshakes.py); else `client`."""
+    params = ctx.session.client_params
+    if params and params.client_info:
+        label = handshakes.client_label(params.client_info.name, params.client_info.version)
+        if label:
+            return label
+    return ctx.request.scope.get(handshakes.CLIENT_SCOPE_KEY) or "client"
+
+
 def _agent(ctx) -> str:
     """The attempt's worker: the token's name and the MCP client's clientInfo, then the token's
     prefix, so that every event of the call names the token, whose issuer stands behind it."""
-    params = ctx.session.client_params
-    client = f"{params.client_info.name}/{params.client_info.version}" if params and params.client_info else "client"
-    return agent_name(_token(ctx), client)
+    return agent_name(_token(ctx), _client(ctx))
 
 
 def _policy(name: str) -> ToolPolicy:
-    upstream_name, _, tool = name.partition(".")
-    upstream = get_upstream(upstream_name)
-    if upstream is None:
-        raise LookupError(f"no MCP upstream {upstream_name!r} is declared; tools are called as <upstream>.<tool>")
-    policy = upstream.tools.get(tool)
-    if policy is None:
+    policy = policy_named(name)
+    if policy is not None:
+        return policy
+    upstream_name, dot, tool = name.partition(".")
+    if dot and get_upstream(upstream_name) is not None:
         raise LookupError(f"tool {tool!r} of upstream {upstream_name} is not declared, so it is refused: {CONFIG_HINT}")
-    return policy
+    raise LookupError(f"no declared tool is listed as {name!r}: call a tool by the name tools/list gives it "
+                      f"(an undeclared tool is refused: {CONFIG_HINT})")
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
     token = _token(ctx)
     listed = []
     for upstream in declared_upstreams():
-        allowed = {name for name, policy in upstream.tools.items()
+        allowed = {name: policy for name, policy in upstream.tools.items()
                    if token.allows(tenant=upstream.tenant, action=policy.action)}
         if not allowed:
             continue
@@ -71,12 +82,53 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
             continue
         for tool in tools:
             if tool.name in allowed:
-                listed.append(tool.model_copy(update={"name": f"{upstream.name}.{tool.name}"}))
+                listed.append(as_listed(tool, allowed[tool.name]))
     return types.ListToolsResult(tools=listed)
 
 
+# A client's timeout for a call should outlast the gateway's own deadline for the upstream's answer
+# by this much (the journal's writes, a slow database): then the agent reads Reckon's answer, its
+# job and its link, never the client's "the tool timed out".
+CLIENT_TIMEOUT_MARGIN_S = 5
+
+
+def as_listed(tool: types.Tool, policy: ToolPolicy) -> types.Tool:
+    """The upstream's tool as the gateway lists it: under its listed name, with hints that state
+    Reckon's policy, not the upstream's own (a tool the actions file declares irreversible is
+    destructive, whatever its server says), and the policy itself in its `_meta`."""
+    upstream_hints = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+    if policy.journaled:
+        # A call with the same key is answered from the ledger, never run twice: idempotent as far as
+        # the same arguments make the same key (a key from _meta: the same arguments with another key
+        # are another call).
+        stated = {"read_only_hint": False, "destructive_hint": policy.effect == "irreversible",
+                  "idempotent_hint": policy.key != "meta"}
+    else:  # declared read-only: passed through
+        stated = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True}
+    kept = {key: upstream_hints[key] for key in ("title", "open_world_hint") if key in upstream_hints}
+    meta = {**(tool.meta or {}), "reckon/effect": policy.effect, "reckon/timeout_s": policy.timeout,
+            "reckon/client_timeout_s": policy.timeout + CLIENT_TIMEOUT_MARGIN_S}
+    if policy.journaled:
+        meta["reckon/key"] = policy.key
+        meta["reckon/action"] = policy.action
+    if policy.effect == "irreversible":
+        meta["reckon/approval"] = policy.approval
+    return tool.model_copy(update={"name": policy.listed_name, "meta": meta,
+                                   "annotations": types.ToolAnnotations(**kept, **stated)})
+
+
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    result = await _call_tool(ctx, params)
+    meta = result.meta or {}
+    outcome = meta.get("reckon/status") or ("replayed" if meta.get("reckon/replay") else "answered")
+    logger.info("tools/call %s by %s at protocol %s: %s%s%s", params.name, _agent(ctx), ctx.protocol_version, outcome,
+                " (an error)" if result.is_error else "", f", job {meta['reckon/job']}" if "reckon/job" in meta else "")
+    return result
+
+
+async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     token, agent = _token(ctx), _agent(ctx)
+    caller = {"client": _client(ctx), "protocol_version": ctx.protocol_version}
     arguments = dict(params.arguments or {})
     meta = dict(params.meta or {}) if params.meta else {}
     refused = limits.refusal(token, arguments)
@@ -89,17 +141,17 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     upstream = get_upstream(policy.upstream)
     if not token.allows(tenant=upstream.tenant, action=policy.action):
         return _result(calls.Answer.saying(
-            f"token {token.name!r} may not call {policy.name} (tenant {upstream.tenant}, action {policy.action})"))
+            f"token {token.name!r} may not call {policy.listed_name} (tenant {upstream.tenant}, action {policy.action})"))
     if not policy.journaled:  # read-only: passed through, not journaled
         try:
             with anyio.fail_after(policy.timeout):
                 return types.CallToolResult.model_validate(
                     await upstreams.call_tool(upstream, policy.tool, arguments))
         except Exception as exc:
-            return _result(calls.Answer.saying(f"{policy.name} did not answer: {type(exc).__name__}: {exc}"))
+            return _result(calls.Answer.saying(f"{policy.listed_name} did not answer: {type(exc).__name__}: {exc}"))
     try:
         opened = await to_thread.run_sync(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
-                                                                  meta=meta, agent=agent))
+                                                                  meta=meta, agent=agent, caller=caller))
     except calls.Refused as exc:
         return _result(calls.Answer.saying(str(exc), job=exc.job))
     if isinstance(opened, calls.Answer):
@@ -132,14 +184,14 @@ def _result(answer: calls.Answer) -> types.CallToolResult:
 
 
 def tool_input_schema(name: str) -> dict | None:
-    """The input schema of `<upstream>.<tool>` as the upstream last listed it, for the SDK's check of
-    a call's Mcp-Param-* headers. Without it the SDK runs this server's whole tools/list (which
-    asks every upstream) before each tools/call: measured, that was a third of a call's time in
-    the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
+    """The input schema of the tool a call names (either name) as its upstream last listed it, for
+    the SDK's check of a call's Mcp-Param-* headers. Without it the SDK runs this server's whole
+    tools/list (which asks every upstream) before each tools/call: measured, that was a third of a
+    call's time in the gateway. None (the upstream has not listed it yet: it is listed when the gateway connects)
     skips that check, as the SDK does when a listing fails; the call itself is still checked
     against the token and the tool's declared policy."""
-    upstream_name, _, tool = name.partition(".")
-    listed = upstreams.listed_tool(upstream_name, tool)
+    policy = policy_named(name)
+    listed = upstreams.listed_tool(policy.upstream, policy.tool) if policy is not None else None
     return None if listed is None else listed.input_schema
 
 
@@ -176,6 +228,7 @@ class BearerTokens:
         return await self.app(scope, receive, send)
 
 
+
 def build_app(*, allowed_hosts: list[str]) -> Starlette:
     server = build_server()
     mcp_app = server.streamable_http_app(
@@ -203,4 +256,4 @@ def build_app(*, allowed_hosts: list[str]) -> Starlette:
             yield
 
     return Starlette(routes=[Route("/healthz", healthz), Route("/mcp", no_stream, methods=["GET", "DELETE"]),
-                             Mount("/", app=BearerTokens(mcp_app))], lifespan=lifespan)
+                             Mount("/", app=BearerTokens(handshakes.Handshakes(mcp_app)))], lifespan=lifespan)

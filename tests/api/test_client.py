@@ -95,3 +95,15 @@ def test_next_lease_asks_again_when_the_server_cannot_hold_the_wait(external_act
         assert 2.5 <= time.monotonic() - started < 6
         make_job("sync-1", action="ext.alpha", tenant="acme")
         assert client.next_lease("w", wait_seconds=5).job_id == "sync-1"
+
+
+def test_enqueue_with_an_idempotency_key_answers_the_same_job_and_refuses_other_work(client):
+    first = client.enqueue("keyed-1", tenant="acme", action="ext.alpha", payload={"n": 1}, idempotency_key="k-1")
+    again = client.enqueue("keyed-1", tenant="acme", action="ext.alpha", payload={"n": 1}, idempotency_key="k-1")
+
+    with pytest.raises(ReckonError) as refused:
+        client.enqueue("keyed-2", tenant="acme", action="ext.alpha", payload={"n": 1}, idempotency_key="k-1")
+
+    assert first["job_id"] == again["job_id"] == "keyed-1"
+    assert (refused.value.status, refused.value.code) == (422, "idempotency_key_reused")
+    assert list(Job.objects.values_list("job_id", flat=True)) == ["keyed-1"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--db", required=True)
@@ -41,7 +42,10 @@ def tickets(ref: str) -> list[dict]:
     return [{"id": row[0], "ref": row[1], "subject": row[2]} for row in rows]
 
 
-@server.tool()
+# Its own hints, true of the helpdesk itself (not idempotent) and generic (not destructive): the
+# gateway lists what the actions file declares instead.
+@server.tool(annotations=ToolAnnotations(title="Open a ticket", destructive_hint=False, idempotent_hint=False,
+                                         open_world_hint=True), meta={"helpdesk/queue": "front"})
 async def open_ticket(ref: str, subject: str) -> dict:
     """Open a ticket (not idempotent: every call opens one more). The subject "slow" hangs the
     answer for SLOW_S seconds after the ticket is written: the caller times out on a call that

@@ -33,7 +33,7 @@ def retention(settings, tmp_path, transactional_db):
     restore_standard_partitions()
 
 
-@pytest.mark.parametrize("tool", ["notes.create_note", "ledgerbook.create_note"], ids=["reversible", "irreversible"])
+@pytest.mark.parametrize("tool", ["notes_create_note", "ledgerbook_create_note"], ids=["reversible", "irreversible"])
 def test_an_archived_call_made_again_is_refused_as_archived_and_the_next_pass_runs(gateway, upstream, retention,
                                                                                    tool):
     token, name = worker_token_create(name="coder", tenants=["acme"], actions=["*"], created_by=token_issuer()).token, f"note-{uuid.uuid4().hex[:8]}"

@@ -40,7 +40,7 @@ def only_job(action: str = "mcp:notes.create_note") -> Job:
 def test_it_runs_a_new_key_once_and_returns_the_upstream_result(gateway, upstream):
     name = title()
 
-    result = call(gateway.url, acme_token(), "notes.create_note", {"title": name, "body": "hello"})
+    result = call(gateway.url, acme_token(), "notes_create_note", {"title": name, "body": "hello"})
 
     assert not result.is_error and name in text(result)
     assert upstream.notes(name) == 1
@@ -58,9 +58,9 @@ def test_it_runs_a_new_key_once_and_returns_the_upstream_result(gateway, upstrea
 
 def test_the_same_call_again_is_answered_from_the_ledger_without_calling_the_upstream(gateway, upstream):
     token, name = acme_token(), title()
-    first = call(gateway.url, token, "notes.create_note", {"title": name, "body": "hello"})
+    first = call(gateway.url, token, "notes_create_note", {"title": name, "body": "hello"})
 
-    again = call(gateway.url, token, "notes.create_note", {"title": name, "body": "hello"})
+    again = call(gateway.url, token, "notes_create_note", {"title": name, "body": "hello"})
 
     assert upstream.notes(name) == 1
     assert again.meta["reckon/replay"] is True
@@ -71,9 +71,9 @@ def test_the_same_call_again_is_answered_from_the_ledger_without_calling_the_ups
 def test_the_same_key_with_other_arguments_is_refused_and_nothing_is_called(gateway, upstream):
     token, name = acme_token(), title()
     key = {"reckon/idempotency_key": f"order-{name}"}
-    call(gateway.url, token, "keyed.create_note", {"title": name, "body": "first"}, meta=key)
+    call(gateway.url, token, "keyed_create_note", {"title": name, "body": "first"}, meta=key)
 
-    refused = call(gateway.url, token, "keyed.create_note", {"title": name, "body": "second"}, meta=key)
+    refused = call(gateway.url, token, "keyed_create_note", {"title": name, "body": "second"}, meta=key)
 
     assert refused.is_error
     assert "used before with other arguments" in text(refused) and "nothing called" in text(refused)
@@ -85,7 +85,7 @@ def test_the_same_key_with_other_arguments_is_refused_and_nothing_is_called(gate
 def test_a_key_from_meta_is_required_when_the_tool_says_so(gateway, upstream):
     name = title()
 
-    refused = call(gateway.url, acme_token(), "keyed.create_note", {"title": name, "body": "x"})
+    refused = call(gateway.url, acme_token(), "keyed_create_note", {"title": name, "body": "x"})
 
     assert refused.is_error and "reckon/idempotency_key" in text(refused)
     assert upstream.notes(name) == 0 and not Job.objects.exists()
@@ -97,7 +97,7 @@ def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_agent_is_to
     # gateway gave up, and long before the package's end, whose upstream would otherwise wait for it.
     arguments = {"title": name, "body": "slow", "stall": 10}
 
-    lost = call(gateway.url, token, "notes.create_note", arguments)
+    lost = call(gateway.url, token, "notes_create_note", arguments)
 
     assert lost.is_error and "outcome unknown, not repeated" in text(lost)
     job = only_job()
@@ -106,7 +106,7 @@ def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_agent_is_to
     attempt = Attempt.objects.get(job=job)
     assert (attempt.execution_state, attempt.side_effect_state) == (Execution.UNKNOWN, SideEffect.AMBIGUOUS)
 
-    again = call(gateway.url, token, "notes.create_note", arguments)
+    again = call(gateway.url, token, "notes_create_note", arguments)
 
     assert again.is_error and "outcome unknown, not repeated" in text(again)
     assert upstream.notes(name) == 1
@@ -114,7 +114,7 @@ def test_a_timeout_is_unknown_never_repeated_and_once_reconciled_the_agent_is_to
     decision = reconcile_job(job_id=job.job_id)  # the reconciler asks the upstream's find_note
 
     assert decision.outcome == "confirmed"
-    settled = call(gateway.url, token, "notes.create_note", arguments)
+    settled = call(gateway.url, token, "notes_create_note", arguments)
     # The look-up's answer is not the tool's: the agent is told the effect was found, and by what.
     assert not settled.is_error and "reckon/replay" not in settled.meta and settled.meta["reckon/reconciled"]
     assert settled.meta["reckon/found"] == {"id": settled.meta["reckon/found"]["id"], "title": name}
@@ -127,7 +127,7 @@ def test_a_call_found_not_to_have_happened_runs_again_on_the_next_call(gateway, 
     token, name = acme_token(), title()
     arguments = {"title": name, "body": "held", "hold": name}  # received, but nothing written before the timeout
 
-    lost = call(gateway.url, token, "notes.create_note", arguments)
+    lost = call(gateway.url, token, "notes_create_note", arguments)
 
     assert "outcome unknown" in text(lost) and upstream.started(name)
     upstream.drop(name)  # the call still in flight at the upstream ends without writing anything
@@ -137,7 +137,7 @@ def test_a_call_found_not_to_have_happened_runs_again_on_the_next_call(gateway, 
     assert reconcile_job(job_id=job.job_id).outcome == "not_found"
 
     upstream.release(name)
-    ran = call(gateway.url, token, "notes.create_note", arguments)
+    ran = call(gateway.url, token, "notes_create_note", arguments)
 
     assert not ran.is_error and "reckon/replay" not in ran.meta
     assert upstream.notes(name) == 1
@@ -155,7 +155,7 @@ def test_the_reconcilers_first_look_at_an_unknown_call_waits_past_the_tools_time
     token, name = acme_token(), title()
     arguments = {"title": name, "body": "late", "hold": name}  # received; written only when released
 
-    lost = call(gateway.url, token, "notes.create_note", arguments)
+    lost = call(gateway.url, token, "notes_create_note", arguments)
 
     assert "outcome unknown" in text(lost) and upstream.started(name)
     job = only_job()
@@ -172,7 +172,7 @@ def test_the_reconcilers_first_look_at_an_unknown_call_waits_past_the_tools_time
     [decision] = reconcile_until_idle()
 
     assert (decision.job_id, decision.outcome) == (job.job_id, "confirmed")
-    again = call(gateway.url, token, "notes.create_note", arguments)
+    again = call(gateway.url, token, "notes_create_note", arguments)
     assert not again.is_error and again.meta["reckon/reconciled"] is True
     assert upstream.notes(name) == 1
 
@@ -194,7 +194,7 @@ def test_a_call_whose_gateway_vanished_is_first_looked_at_a_timeout_after_the_sw
 def test_a_tool_error_is_a_definitive_failure_returned_to_the_agent(gateway, upstream):
     name = title()
 
-    result = call(gateway.url, acme_token(), "notes.create_note", {"title": name, "body": "refuse"})
+    result = call(gateway.url, acme_token(), "notes_create_note", {"title": name, "body": "refuse"})
 
     assert result.is_error and "refuses" in text(result)
     job = only_job()
@@ -205,9 +205,9 @@ def test_a_tool_error_is_a_definitive_failure_returned_to_the_agent(gateway, ups
 
 def test_read_only_tools_pass_through_unjournaled(gateway, upstream):
     token, name = acme_token(), title()
-    call(gateway.url, token, "notes.create_note", {"title": name, "body": "x"})
+    call(gateway.url, token, "notes_create_note", {"title": name, "body": "x"})
 
-    found = call(gateway.url, token, "notes.find_note", {"title": name})
+    found = call(gateway.url, token, "notes_find_note", {"title": name})
 
     assert not found.is_error and found.structured_content["result"][0]["title"] == name
     assert not Job.objects.filter(action="mcp:notes.find_note").exists()
@@ -219,14 +219,14 @@ def test_an_undeclared_tool_is_refused_naming_the_file_to_change(gateway, upstre
     refused = call(gateway.url, token, "notes.secret_tool", {})
 
     assert refused.is_error and "not declared" in text(refused) and "RECKON_ACTIONS_FILE" in text(refused)
-    assert "notes.secret_tool" not in list_tools(gateway.url, token)
+    assert "notes_secret_tool" not in list_tools(gateway.url, token)
     assert not Job.objects.exists()
 
 
 def test_a_stdio_upstream_is_journaled_the_same_way(gateway, upstream):
     name = title()
 
-    result = call(gateway.url, acme_token(), "local.create_note", {"title": name, "body": "over stdio"})
+    result = call(gateway.url, acme_token(), "local_create_note", {"title": name, "body": "over stdio"})
 
     assert not result.is_error and upstream.notes(name) == 1
     assert Job.objects.get(action="mcp:local.create_note").status == JobStatus.SUCCEEDED

@@ -29,7 +29,7 @@ def one_round(first: Gateway, second_url: str, token: str, upstream) -> dict:
 
     def agent_call():
         try:
-            outcome["first"] = call(first.url, token, "notes.create_note", arguments)
+            outcome["first"] = call(first.url, token, "notes_create_note", arguments)
         except BaseException as exc:  # the gateway died under the call: the agent sees a broken call
             outcome["first"] = exc
 
@@ -43,15 +43,15 @@ def one_round(first: Gateway, second_url: str, token: str, upstream) -> dict:
     agent.join(timeout=60)
 
     retries, ran_while_unknown = [], 0
-    retries.append(call(second_url, token, "notes.create_note", arguments))  # lease still live: not repeated
+    retries.append(call(second_url, token, "notes_create_note", arguments))  # lease still live: not repeated
     job = Job.objects.get(action="mcp:notes.create_note", payload__arguments__title=name)
     # The lease runs out (no clock is moved): the sweeper makes the attempt unknown.
     wait_for(lambda: sweep_expired_leases() and latest_attempt(job.job_id).execution_state == Execution.UNKNOWN,
              timeout=60, interval=0.2, message="the lease sweeper to make the attempt unknown")
-    retries.append(call(second_url, token, "notes.create_note", arguments))
+    retries.append(call(second_url, token, "notes_create_note", arguments))
     ran_while_unknown += upstream.receipts(name) - 1
     decision = reconcile_job(job_id=job.job_id)
-    settled = call(second_url, token, "notes.create_note", arguments)
+    settled = call(second_url, token, "notes_create_note", arguments)
     job.refresh_from_db()
     return {
         "duplicates": upstream.notes(name) - 1,
@@ -96,7 +96,7 @@ def test_an_upstream_restarted_mid_call_leaves_the_call_unknown_until_reconciled
             outcome = {}
 
             def agent_call(arguments=arguments, outcome=outcome):
-                outcome["first"] = call(gateway.url, token, "notes.create_note", arguments)
+                outcome["first"] = call(gateway.url, token, "notes_create_note", arguments)
 
             agent = threading.Thread(target=agent_call)
             agent.start()
@@ -105,14 +105,14 @@ def test_an_upstream_restarted_mid_call_leaves_the_call_unknown_until_reconciled
             agent.join(timeout=60)
             assert "outcome unknown, not repeated" in text(outcome["first"])
 
-            retry = call(second.url, token, "notes.create_note", arguments)  # through another gateway
+            retry = call(second.url, token, "notes_create_note", arguments)  # through another gateway
             assert "outcome unknown, not repeated" in text(retry)
             totals["ran_while_unknown"] += upstream.receipts(name) - 1
             job = Job.objects.get(action="mcp:notes.create_note", payload__arguments__title=name)
             assert reconcile_job(job_id=job.job_id).outcome == "not_found"
 
             upstream.release(name)
-            ran = call(second.url, token, "notes.create_note", arguments)
+            ran = call(second.url, token, "notes_create_note", arguments)
             job.refresh_from_db()
             totals["duplicates"] += max(upstream.notes(name) - 1, 0)
             totals["lost"] += 0 if not ran.is_error and job.status == JobStatus.SUCCEEDED \

@@ -75,7 +75,7 @@ def test_a_sigkilled_gateways_call_is_unknown_within_its_lease_through_another_g
     token, name = agent_token(), f"killed-{uuid.uuid4().hex[:8]}"
     arguments = {"title": name, "body": "in flight", "hold": name}
     with Gateway(actions_file, log_name="mcp-gateway-killed") as doomed:
-        agent = threading.Thread(target=lambda: _ignore_broken(lambda: call(doomed.url, token, "notes.create_note",
+        agent = threading.Thread(target=lambda: _ignore_broken(lambda: call(doomed.url, token, "notes_create_note",
                                                                             arguments)))
         agent.start()
         wait_for(lambda: upstream.started(name), timeout=60, message="the upstream to receive the call")
@@ -88,7 +88,7 @@ def test_a_sigkilled_gateways_call_is_unknown_within_its_lease_through_another_g
     lease = settings.RECKON_MCP_GATEWAY_LEASE_S
 
     def told_unknown() -> bool:
-        answers.append(text(call(gateway.url, token, "notes.create_note", arguments)))
+        answers.append(text(call(gateway.url, token, "notes_create_note", arguments)))
         return "outcome unknown, not repeated" in answers[-1]
 
     wait_for(told_unknown, timeout=lease + 10, interval=0.2, message="the retry to be told the call is unknown")

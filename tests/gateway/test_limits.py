@@ -39,15 +39,15 @@ def test_arguments_larger_than_the_limit_are_refused_before_anything_is_stored_o
     big, fits = title(), title()
     before = written()
 
-    refused = call(gateway.url, agent, "notes.create_note", {"title": big, "body": "x" * limit})
+    refused = call(gateway.url, agent, "notes_create_note", {"title": big, "body": "x" * limit})
 
     assert refused.is_error and "refused, nothing called nor stored" in text(refused)
     assert f"more than the {limit}" in text(refused) and "RECKON_MCP_GATEWAY_MAX_ARGUMENTS_BYTES" in text(refused)
     assert written() == before and upstream.notes(big) == 0
     # Read-only tools too: nothing reaches the upstream.
-    assert call(gateway.url, agent, "notes.find_note", {"title": "x" * limit}).is_error
+    assert call(gateway.url, agent, "notes_find_note", {"title": "x" * limit}).is_error
     # Just under the limit, a call runs.
-    ran = call(gateway.url, agent, "notes.create_note", {"title": fits, "body": "x" * (limit - 100)})
+    ran = call(gateway.url, agent, "notes_create_note", {"title": fits, "body": "x" * (limit - 100)})
     assert not ran.is_error and upstream.notes(fits) == 1
 
 
@@ -56,11 +56,11 @@ def test_calls_past_the_tokens_rate_are_refused_at_once_saying_when_to_call_agai
                  env={"RECKON_MCP_GATEWAY_CALLS_PER_MINUTE": "3"}) as limited:
         agent, other = token(), token("other-agent")
         for _ in range(3):
-            assert not call(limited.url, agent, "notes.create_note", {"title": title(), "body": "b"}).is_error
+            assert not call(limited.url, agent, "notes_create_note", {"title": title(), "body": "b"}).is_error
         before, name = written(), title()
         began = time.monotonic()
 
-        refused = call(limited.url, agent, "notes.create_note", {"title": name, "body": "b"})
+        refused = call(limited.url, agent, "notes_create_note", {"title": name, "body": "b"})
 
         took = time.monotonic() - began
         assert refused.is_error and "past its 3 tool calls a minute" in text(refused)
@@ -70,7 +70,7 @@ def test_calls_past_the_tokens_rate_are_refused_at_once_saying_when_to_call_agai
         assert written() == before and upstream.notes(name) == 0  # nothing stored, nothing called
         assert took < 5  # answered at once, not held until the rate allows it
         # The limit is the token's: another token calls at once.
-        assert not call(limited.url, other, "notes.create_note", {"title": title(), "body": "b"}).is_error
+        assert not call(limited.url, other, "notes_create_note", {"title": title(), "body": "b"}).is_error
 
 
 def test_a_bucket_refills_at_its_rate():

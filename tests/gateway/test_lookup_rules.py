@@ -154,7 +154,7 @@ def test_a_found_ticket_is_confirmed_and_the_agent_is_told_it_was_found_not_repl
 
     assert reconcile_job(job_id=job.job_id).outcome == "confirmed"
 
-    told = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", {"ref": name, "subject": "printer"})
+    told = call(desk_gateway.url, agent_token.token, "helpdesk_open_ticket", {"ref": name, "subject": "printer"})
     assert not told.is_error and told.meta["reckon/reconciled"] is True and "reckon/replay" not in told.meta
     assert told.meta["reckon/found"]["ref"] == name and told.structured_content is None
     assert told.meta["reckon/lookup"] == {"tool": "helpdesk.find_tickets", "arguments": {"ref": name}}
@@ -172,7 +172,7 @@ def test_two_tickets_for_one_call_are_a_conflict_for_a_person(desk_gateway, help
     assert decision.outcome == "conflict"
     job.refresh_from_db()
     assert job.status != JobStatus.SUCCEEDED
-    told = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", {"ref": name, "subject": "printer"})
+    told = call(desk_gateway.url, agent_token.token, "helpdesk_open_ticket", {"ref": name, "subject": "printer"})
     assert told.is_error and helpdesk.tickets(name) == 2
 
 
@@ -196,7 +196,7 @@ def test_a_call_made_while_the_helpdesk_was_down_is_found_not_to_have_happened_a
     arguments = {"ref": name, "subject": "printer"}
     helpdesk.stop()
     try:
-        lost = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", arguments)
+        lost = call(desk_gateway.url, agent_token.token, "helpdesk_open_ticket", arguments)
     finally:
         helpdesk.start()
     assert lost.is_error and "outcome unknown" in text(lost)
@@ -204,9 +204,9 @@ def test_a_call_made_while_the_helpdesk_was_down_is_found_not_to_have_happened_a
 
     assert reconcile_job(job_id=job.job_id).outcome == "not_found"  # {"tickets": []}: nothing happened
 
-    ran = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", arguments)
+    ran = call(desk_gateway.url, agent_token.token, "helpdesk_open_ticket", arguments)
     assert not ran.is_error and "reckon/replay" not in ran.meta and helpdesk.tickets(name) == 1
-    again = call(desk_gateway.url, agent_token.token, "helpdesk.open_ticket", arguments)
+    again = call(desk_gateway.url, agent_token.token, "helpdesk_open_ticket", arguments)
     assert again.meta["reckon/replay"] is True and helpdesk.tickets(name) == 1
 
 

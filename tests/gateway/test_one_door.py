@@ -76,7 +76,7 @@ def test_an_archived_key_is_refused_as_archived_by_either_door_and_nothing_is_wr
     with pytest.raises(calls.Refused) as refused:
         calls.open_call(token=token, policy=policy, arguments=arguments, meta={}, agent="mcp:door:test")
 
-    assert str(refused.value).startswith(f"archived: this call of {tool}.create_note was made before: "
+    assert str(refused.value).startswith(f"archived: this call of {tool}_create_note was made before: "
                                          f"job '{first.job_id}' succeeded on ")
     assert str(refused.value).endswith("a job id is never run again; not repeated, nothing called")
     assert steps == door and _ledger_rows() == before

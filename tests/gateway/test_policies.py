@@ -47,7 +47,7 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
         f"sk-{uuid.uuid4().hex}"
     arguments = {"title": name, "body": "with a key", "api_key": secret}
 
-    result = call(gateway.url, token, "notes.create_note", arguments)
+    result = call(gateway.url, token, "notes_create_note", arguments)
 
     assert not result.is_error and upstream.notes(name) == 1
     job = Job.objects.get(action="mcp:notes.create_note")
@@ -63,9 +63,9 @@ def test_a_redacted_argument_reaches_the_upstream_but_never_the_database_nor_the
     assert "MCP tool call" in html and "<code>create_note</code>" in html and "<dd>notes</dd>" in html
     assert "mcp:coder:test-agent/1.0" in html and "The upstream's result" in html and name in html
     # the same call with another secret is another call: the digest of the full arguments tells them apart
-    again = call(gateway.url, token, "notes.create_note", {**arguments, "api_key": "sk-other"})
+    again = call(gateway.url, token, "notes_create_note", {**arguments, "api_key": "sk-other"})
     assert "reckon/replay" not in again.meta and upstream.notes(name) == 2
-    replayed = call(gateway.url, token, "notes.create_note", arguments)
+    replayed = call(gateway.url, token, "notes_create_note", arguments)
     assert replayed.meta["reckon/replay"] is True
     html = client.get(f"/jobs/{job.job_id}/").content.decode()
     assert '<dd data-mcp-replays>1</dd>' in html and secret not in html
@@ -77,16 +77,16 @@ def test_a_token_for_one_tenant_neither_sees_nor_calls_nor_reads_another_tenants
     globex = worker_token_create(name="globex-agent", tenants=["globex"], actions=["*"],
                                  created_by=token_issuer()).token
     name = title()
-    done = call(gateway.url, acme, "notes.create_note", {"title": name, "body": "acme's"})
+    done = call(gateway.url, acme, "notes_create_note", {"title": name, "body": "acme's"})
     assert not done.is_error
 
-    assert "globex_notes.create_note" not in list_tools(gateway.url, acme)
-    assert set(list_tools(gateway.url, globex)) == {"globex_notes.create_note"}
-    refused = call(gateway.url, acme, "globex_notes.create_note", {"title": name, "body": "x"})
-    assert refused.is_error and "may not call globex_notes.create_note" in text(refused)
+    assert "globex_notes_create_note" not in list_tools(gateway.url, acme)
+    assert set(list_tools(gateway.url, globex)) == {"globex_notes_create_note"}
+    refused = call(gateway.url, acme, "globex_notes_create_note", {"title": name, "body": "x"})
+    assert refused.is_error and "may not call globex_notes_create_note" in text(refused)
     # acme's result, asked for with the very same call by globex's token: refused, nothing read
-    read = call(gateway.url, globex, "notes.create_note", {"title": name, "body": "acme's"})
-    assert read.is_error and "may not call notes.create_note" in text(read) and name not in text(read)
+    read = call(gateway.url, globex, "notes_create_note", {"title": name, "body": "acme's"})
+    assert read.is_error and "may not call notes_create_note" in text(read) and name not in text(read)
     assert "reckon/job" not in (read.meta or {})
     assert upstream.notes(name) == 1 and not Job.objects.filter(tenant="globex").exists()
 
@@ -95,8 +95,8 @@ def test_a_token_scoped_to_some_actions_calls_only_those_tools(gateway, upstream
     token = worker_token_create(name="narrow", tenants=["acme"], actions=["mcp:notes.find_note"],
                                 created_by=token_issuer()).token
 
-    assert list_tools(gateway.url, token) == ["notes.find_note"]
-    refused = call(gateway.url, token, "notes.create_note", {"title": title(), "body": "x"})
+    assert list_tools(gateway.url, token) == ["notes_find_note"]
+    refused = call(gateway.url, token, "notes_create_note", {"title": title(), "body": "x"})
     assert refused.is_error and "may not call" in text(refused)
     assert not Job.objects.exists()
 
@@ -105,14 +105,14 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
     owner = User.objects.create_user("tess", password="pw-tess")  # made the agent's token
     token = worker_token_create(name="cleaner", tenants=["acme"], actions=["*"], created_by=owner).token
     name = title()
-    call(gateway.url, token, "notes.create_note", {"title": name, "body": "to delete"})
+    call(gateway.url, token, "notes_create_note", {"title": name, "body": "to delete"})
 
-    held = call(gateway.url, token, "notes.delete_notes", {"title": name})
+    held = call(gateway.url, token, "notes_delete_notes", {"title": name})
 
     assert held.is_error and "awaiting approval" in text(held)
     job = Job.objects.get(action="mcp:notes.delete_notes")
     assert job.status == JobStatus.AWAITING_APPROVAL and upstream.notes(name) == 1
-    assert call(gateway.url, token, "notes.delete_notes", {"title": name}).is_error  # still waiting
+    assert call(gateway.url, token, "notes_delete_notes", {"title": name}).is_error  # still waiting
     request = ApprovalRequest.objects.get(job=job)
     assert request.evidence["tool"] == "notes.delete_notes" and request.evidence["arguments"] == {"title": name}
 
@@ -121,10 +121,10 @@ def test_an_irreversible_tool_waits_for_a_second_person_and_then_runs_once(gatew
         approve(request_id=request.pk, user=owner, note="my own agent, fine")
     approve(request_id=request.pk, user=approver, note="checked the notes: delete them")
 
-    ran = call(gateway.url, token, "notes.delete_notes", {"title": name})
+    ran = call(gateway.url, token, "notes_delete_notes", {"title": name})
     assert not ran.is_error and '"deleted": 1' in text(ran)
     assert upstream.notes(name) == 0
-    again = call(gateway.url, token, "notes.delete_notes", {"title": name})
+    again = call(gateway.url, token, "notes_delete_notes", {"title": name})
     assert again.meta["reckon/replay"] is True and '"deleted": 1' in text(again)
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
@@ -170,7 +170,7 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     token = worker_token_create(name="bookkeeper", tenants=["acme"], actions=["*"], created_by=owner).token
     name = title()
     arguments = {"title": name, "body": "entry", "hold": name}
-    lost = call(gateway.url, token, "ledgerbook.create_note", arguments)  # approval = "replay": the first call runs
+    lost = call(gateway.url, token, "ledgerbook_create_note", arguments)  # approval = "replay": the first call runs
     assert "outcome unknown, not repeated" in text(lost)
     upstream.drop(name)
     wait_for(lambda: upstream.dropped(name), timeout=30, message="the held call to end")
@@ -178,7 +178,7 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
 
     assert reconcile_job(job_id=job.job_id).outcome == "not_found"
 
-    held = call(gateway.url, token, "ledgerbook.create_note", arguments)
+    held = call(gateway.url, token, "ledgerbook_create_note", arguments)
     assert "awaiting approval" in text(held) and upstream.notes(name) == 0
     # The reconciler asked; the person behind the token whose agent began the attempt stands behind it.
     request = ApprovalRequest.objects.get(job=job)
@@ -189,7 +189,7 @@ def test_an_irreversible_call_found_not_to_have_happened_waits_for_approval_befo
     assert request.status == "pending" and Job.objects.get(pk=job.pk).status == JobStatus.AWAITING_APPROVAL
     approve(request_id=request.pk, user=approver, note="nothing was written: run it")
     upstream.release(name)
-    ran = call(gateway.url, token, "ledgerbook.create_note", arguments)
+    ran = call(gateway.url, token, "ledgerbook_create_note", arguments)
     assert not ran.is_error and upstream.notes(name) == 1
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
@@ -202,7 +202,7 @@ def test_an_upstream_error_that_echoes_a_redacted_argument_is_scrubbed_before_an
     # The SDK's own validation error quotes the call's arguments, the redacted one among them.
     arguments = {"title": name, "api_key": secret}
 
-    refused = call(gateway.url, token, "notes.create_note", arguments)
+    refused = call(gateway.url, token, "notes_create_note", arguments)
 
     # (It shows a long value's start and end: the end of the secret was there.)
     assert refused.is_error and "validation error" in text(refused) and "[redacted]" in text(refused)

@@ -86,7 +86,7 @@ def test_a_storm_of_kills_and_hangs_confirms_nothing_that_did_not_happen_and_rep
             deadline = time.monotonic() + SETTLE_S
             while time.monotonic() < deadline:
                 try:
-                    result = call(storm.gateway.url, token, "helpdesk.open_ticket", {"ref": ref, "subject": refs[ref]})
+                    result = call(storm.gateway.url, token, "helpdesk_open_ticket", {"ref": ref, "subject": refs[ref]})
                 except Exception:  # the gateway died under the call: call again, as an agent does
                     seen["broken calls"] += 1
                     continue

@@ -179,7 +179,7 @@ def agent(proxied_gateway):
 def one_call(proxy: CountingProxy, agent: Agent, **arguments) -> tuple[list[str], float, object]:
     """A new note through the gateway: the requests it cost the upstream, its time, its result."""
     mark, began = proxy.seen(), time.perf_counter()
-    result = agent.call("notes.create_note", {"title": f"outage-{uuid.uuid4().hex[:10]}", "body": "b", **arguments})
+    result = agent.call("notes_create_note", {"title": f"outage-{uuid.uuid4().hex[:10]}", "body": "b", **arguments})
     return proxy.since(mark), time.perf_counter() - began, result
 
 
@@ -225,7 +225,7 @@ def test_an_outage_heals_each_call_costs_one_upstream_request_before_and_after(p
     title = f"outage-held-{uuid.uuid4().hex[:8]}"
     outcome = {}
     held = threading.Thread(target=lambda: outcome.setdefault("result", agent.call(
-        "notes.create_note", {"title": title, "body": "b", "hold": title})))
+        "notes_create_note", {"title": title, "body": "b", "hold": title})))
     held.start()
     wait_for(lambda: upstream.started(title), timeout=30, message="the upstream to receive the held call")
     upstream.restart()

@@ -8,7 +8,7 @@ class Command(BaseCommand):
             "the verdict the reconciler would reach. Changes nothing: a dry run for writing declarations.")
 
     def add_arguments(self, parser):
-        parser.add_argument("tool", help="the tool as agents call it: <upstream>.<tool>")
+        parser.add_argument("tool", help="the tool as tools/list names it (notes_create_note), or as Reckon does (notes.create_note)")
         given = parser.add_mutually_exclusive_group(required=True)
         given.add_argument("--arguments", help="the call's arguments, as JSON")
         given.add_argument("--job", help="a job of this tool in the ledger: its recorded arguments and key")
@@ -16,14 +16,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, tool: str, arguments: str | None, job: str | None, meta_key: str, **options):
         from gateway.calls import Refused, job_id_for
-        from gateway.config import META_KEY, get_upstream
+        from gateway.config import META_KEY, get_upstream, policy_named
         from gateway.reconcile import verdict
         from ledger.models import Job
         from ledger.services.jobs import idempotency_key_for
 
-        upstream_name, _, tool_name = tool.partition(".")
-        upstream = get_upstream(upstream_name)
-        policy = upstream.tools.get(tool_name) if upstream else None
+        policy = policy_named(tool)
+        upstream = get_upstream(policy.upstream) if policy is not None else None
         if policy is None or policy.lookup is None:
             raise CommandError(f"{tool} is not a declared tool with a look-up rule (reconcile = {{ tool, arguments, "
                                "found, match }}) in the actions file (RECKON_ACTIONS_FILE)")

@@ -75,10 +75,11 @@ class Client:
     # -- plumbing -------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, body: JsonObject | None = None, *, timeout: float | None = None,
-             retry_unsent_for: float = 0.0, expect: tuple[int, ...] = (200, 201)) -> Reply:
+             retry_unsent_for: float = 0.0, expect: tuple[int, ...] = (200, 201),
+             headers: dict[str, str] | None = None) -> Reply:
         """One API call. An answer in `expect` is returned; a refusal (Reckon's JSON error) raises
         ReckonError, any other answer UnexpectedAnswer, a connection failure ReckonUnavailable."""
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        headers = {**(headers or {}), "Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         give_up, pause = time.monotonic() + retry_unsent_for, 0.1
@@ -116,12 +117,19 @@ class Client:
     # -- jobs ----------------------------------------------------------------------------------------
 
     def enqueue(self, job_id: str, *, tenant: str, action: str, payload: JsonObject,
-                identity: JsonObject | None = None) -> JsonObject:
-        """Create the job, or get it back if it exists with the same work (idempotent on job_id)."""
+                identity: JsonObject | None = None, idempotency_key: str | None = None) -> JsonObject:
+        """Create the job, or get it back if it exists with the same work (idempotent on job_id).
+        `idempotency_key` is sent as Idempotency-Key, and the request is then sent again while it
+        could not connect: the same key and request answer the same job; the key with another
+        request raises ReckonError 422 (idempotency_key_reused), and while the key's first request
+        is being enqueued, 409 (idempotency_key_in_flight: ask again after its Retry-After)."""
         body: dict[str, Any] = {"job_id": job_id, "tenant": tenant, "action": action, "payload": payload}
         if identity:
             body["identity"] = identity
-        return self.request("POST", "/jobs", body)
+        if idempotency_key is None:
+            return self.request("POST", "/jobs", body)
+        return self.call("POST", "/jobs", body, headers={"Idempotency-Key": idempotency_key},
+                         retry_unsent_for=self.retry_unsent_for).json
 
     def job(self, job_id: str) -> JsonObject:
         return self.request("GET", self._job(job_id))
