@@ -41,6 +41,14 @@ def _enqueue(job_id: str, action: str = "mail.send", payload: dict | None = None
     return job_id
 
 
+def _end_recovery_windows() -> None:
+    """An operator ends a restore scenario's recovery window once its run is checked: the runs and
+    scenarios after it start outside recovery, as they would on a ledger that never lost history."""
+    from ledger.services.recovery import end_recovery_windows
+
+    end_recovery_windows(actor="chaos", note="the restore scenario's run is over and checked")
+
+
 def _status(job_id: str) -> str:
     return Job.objects.get(job_id=job_id).status
 
@@ -227,6 +235,7 @@ class StateStoreRestore(Scenario):
         recover(done + queued, timeout=self.recover_timeout)
         result.recover_seconds = time.monotonic() - started
         after.stop()  # no worker of this run may outlive it (the next run restores under it)
+        _end_recovery_windows()
         return done + queued
 
 
@@ -291,6 +300,7 @@ class RestoreForgetsNewJobs(Scenario):
         }
         _expect(result, all(count == 1 for count in effects.values()),
                 f"effects at the providers after the retries: {effects} (statuses {statuses})")
+        _end_recovery_windows()
         return done + new
 
     @staticmethod
