@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.models import Job, RecoveryWindow
@@ -29,8 +30,7 @@ SAME_ROLLBACK_S = 60
 
 def open_windows():
     """The recovery windows open now (by the database's clock), newest end first."""
-    return (RecoveryWindow.objects.filter(ended_at__isnull=True, ends_at__gt=_db_now())
-            .order_by("-ends_at"))
+    return RecoveryWindow.objects.filter(ended_at__isnull=True, ends_at__gt=Now()).order_by("-ends_at")
 
 
 def current_window() -> RecoveryWindow | None:
@@ -53,7 +53,7 @@ def end_recovery_windows(*, actor: str, note: str) -> list[RecoveryWindow]:
     with transaction.atomic():
         windows = list(open_windows().select_for_update())
         for window in windows:
-            window.ended_at, window.ended_by, window.end_note = _db_now(), actor[:150], note.strip()
+            window.ended_at, window.ended_by, window.end_note = Now(), actor[:150], note.strip()
             window.save(update_fields=["ended_at", "ended_by", "end_note"])
     return windows
 
@@ -96,7 +96,7 @@ def enter_recovery(*, actor: str, lost: dict, touched: list[str] | None) -> Reco
                     "forgotten_jobs": len(forgotten), "forgotten_sample": forgotten[:20]}
         # The same rollback seen from another host a moment later: one window, its jobs held once.
         window = open_windows().filter(cause=ROLLBACK_DETECTED,
-                                       opened_at__gte=_db_now() - timedelta(seconds=SAME_ROLLBACK_S)).first()
+                                       opened_at__gte=Now() - timedelta(seconds=SAME_ROLLBACK_S)).first()
         if window is None:
             window = open_recovery_window(cause=ROLLBACK_DETECTED, actor=actor, evidence=evidence)
         else:

@@ -139,3 +139,17 @@ def test_recover_opens_a_window_of_the_configured_length(provider, settings):
     assert abs((window.ends_at - window.opened_at).total_seconds() - 7200) < 5
     _enqueue("during")
     assert Job.objects.get(job_id="during").recovery_pending
+
+
+@pytest.mark.django_db
+def test_the_overview_and_metrics_say_the_ledger_is_under_recovery(client, auditor, settings):
+    client.force_login(auditor)
+    assert b"data-recovery-window" not in client.get("/").content
+    open_recovery_window(cause="rollback_detected", actor="ledger watch on h1 (pid 7)",
+                         evidence={"lost_events": 21, "held": 3, "forgotten_jobs": 2})
+    page = client.get("/").content.decode()
+    assert 'data-recovery-window="rollback_detected"' in page and "The ledger lost history" in page
+    assert "21 ledger events the processes had seen committed are gone; 3 jobs" in page
+    settings.RECKON_METRICS_TOKEN = "t" * 20
+    metrics = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {'t' * 20}").content.decode()
+    assert 'reckon_ledger_recovery_window_open{cause="rollback_detected"} 1' in metrics
