@@ -153,3 +153,17 @@ def test_the_overview_and_metrics_say_the_ledger_is_under_recovery(client, audit
     settings.RECKON_METRICS_TOKEN = "t" * 20
     metrics = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {'t' * 20}").content.decode()
     assert 'reckon_ledger_recovery_window_open{cause="rollback_detected"} 1' in metrics
+
+
+@pytest.mark.django_db
+def test_an_open_window_fires_the_ledger_recovery_alert_and_its_end_resolves_it(provider):
+    from alerts.conditions import ledger_recovery
+
+    assert not ledger_recovery().firing
+    open_recovery_window(cause="rollback_detected", actor="ledger watch on h1 (pid 7)", evidence={"lost_events": 21})
+    _enqueue("held")
+    reading = ledger_recovery()
+    assert reading.firing and reading.links[0].count == 1
+    assert "lost history it had acknowledged (21 events gone, noticed by ledger watch on h1 (pid 7))" in reading.summary
+    end_recovery_windows(actor="ops", note="done")
+    assert not ledger_recovery().firing
