@@ -130,6 +130,13 @@ class Watch:
         self.next_look = 0.0
         self.looking = threading.local()
         self.beat_pid: int | None = None  # the process whose heartbeat thread runs (a fork has none)
+        self.lock = threading.Lock()  # one look at a time in this process (the file's lock is per process)
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked child (a django-q2 worker) may have been made while another thread held the lock
+        or was looking: it starts with its own, free."""
+        self.lock, self.looking = threading.Lock(), threading.local()
 
     @property
     def enabled(self) -> bool:
@@ -185,8 +192,10 @@ class Watch:
     def _look(self) -> Rollback | None:
         path = self.path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # A POSIX record lock, not flock: a forked child does not inherit it (with flock, a child
+        # forked while its parent held the lock would hold it too, and wait on itself).
+        with self.lock, open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.lockf(lock, fcntl.LOCK_EX)
             remembered = Seen.read(path)
             found = self._found(since=remembered.position if remembered else None)
             rollback = compare(remembered, found)
