@@ -5,8 +5,10 @@ replica that had not received the last commits).
 Every Reckon process remembers, outside the database, what it saw committed: the database's
 system identifier and timeline, the newest ledger event (its id: the ledger's position), and the
 jobs of the newest events with each one's position. The memory is a small JSON file per database
-under RECKON_LEDGER_WATCH_DIR, shared by the processes of one host (read and merged under a
-lock, written by atomic rename, at most once per RECKON_LEDGER_WATCH_INTERVAL_S per process). On
+under RECKON_LEDGER_WATCH_DIR (written by atomic rename) and a file of touched jobs (appended to,
+compacted now and then), shared by the processes of one host under a lock, written at most once
+per RECKON_LEDGER_WATCH_INTERVAL_S per process; a process asks only for the events after the
+position any process of the host last wrote. On
 every new connection and every interval, a process compares: a newest event older than one it
 saw, or another system identifier, means lost history. The ledger then enters recovery by itself
 (ledger.services.recovery.enter_recovery): a recovery window opens (every new key is looked up
@@ -67,7 +69,8 @@ class Seen:
     system_identifier: str | None = None
     timeline: int | None = None
     position: int = 0
-    touched: dict[str, int] = field(default_factory=dict)  # job id -> newest event id seen of it
+    # job id -> newest event id seen of it: in a file of its own, appended to, read on detection
+    touched: dict[str, int] = field(default_factory=dict)
     complete_above: int = 0  # `touched` holds every job of the events after this position
 
     @classmethod
@@ -84,7 +87,7 @@ class Seen:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp",
                                          delete=False) as out:
-            json.dump(asdict(self), out, separators=(",", ":"))
+            json.dump({**asdict(self), "touched": {}}, out, separators=(",", ":"))  # touched: its own file
         os.replace(out.name, path)
 
 
@@ -107,15 +110,19 @@ class Rollback:
         }
 
 
+def lost(remembered: Seen, found: Seen) -> bool:
+    """Another system identifier, or a position behind the remembered one."""
+    other_system = bool(remembered.system_identifier and found.system_identifier
+                        and remembered.system_identifier != found.system_identifier)
+    return other_system or found.position < remembered.position
+
+
 def compare(remembered: Seen | None, found: Seen) -> Rollback | None:
     """Lost history, or None. Another system identifier is another database (or a restore of a
     physical backup into a new cluster); a position behind the remembered one is a lost tail."""
-    if remembered is None:
+    if remembered is None or not lost(remembered, found):
         return None
-    other_system = (remembered.system_identifier and found.system_identifier
-                    and remembered.system_identifier != found.system_identifier)
-    if not other_system and found.position >= remembered.position:
-        return None
+    other_system = found.position >= remembered.position  # lost, yet not behind: another database
     floor = 0 if other_system else found.position
     touched = None if floor < remembered.complete_above else sorted(
         job_id for job_id, position in remembered.touched.items() if position > floor)
@@ -198,20 +205,39 @@ class Watch:
             fcntl.lockf(lock, fcntl.LOCK_EX)
             remembered = Seen.read(path)
             found = self._found(since=remembered.position if remembered else None)
-            rollback = compare(remembered, found)
-            if rollback is not None and self._restoring():
-                log.warning("ledger watch: the ledger is behind what was seen, and its triggers are not all "
-                            "there yet (a restore in progress?): recovery on a later look")
-                return None
-            if rollback is not None:
+            rollback = None
+            if remembered is not None and lost(remembered, found):
+                remembered.touched = read_touched(touched_path(path))  # read only when it matters
+                rollback = compare(remembered, found)
+                if self._restoring():
+                    log.warning("ledger watch: the ledger is behind what was seen, and its triggers are not "
+                                "all there yet (a restore in progress?): recovery on a later look")
+                    return None
                 self._enter_recovery(rollback, path)
                 found = self._found(since=None)  # the recovery's own events: the new baseline
-                found.complete_above = found.position
+                touched_path(path).unlink(missing_ok=True)
             elif remembered is not None:
-                found = merged(remembered, found)
+                found = self._remember(remembered, found, path)
             if found != remembered:
                 found.write(path)
         return rollback
+
+    def _remember(self, remembered: Seen, found: Seen, path: Path) -> Seen:
+        """Append the jobs of the new events to the touched file (compacted to the newest
+        RECKON_LEDGER_WATCH_JOBS when it grows past twice that); the position file's new state."""
+        complete_above = (found.complete_above if found.complete_above > remembered.position
+                          else remembered.complete_above)  # the look's query was cut at its limit
+        log_path = touched_path(path)
+        if found.touched:
+            with open(log_path, "a") as out:
+                out.writelines(f"{position}\t{job_id}\n" for job_id, position in found.touched.items())
+            keep = settings.RECKON_LEDGER_WATCH_JOBS
+            if log_path.stat().st_size > keep * 2 * 48:  # about twice `keep` lines
+                kept = sorted(read_touched(log_path).items(), key=lambda item: item[1], reverse=True)[:keep]
+                write_touched(log_path, dict(kept))
+                if len(kept) == keep:
+                    complete_above = max(complete_above, kept[-1][1] - 1)
+        return Seen(found.system_identifier, found.timeline, found.position, {}, complete_above)
 
     def _restoring(self) -> bool:
         with connections[self.alias].cursor() as cursor:
@@ -243,20 +269,28 @@ class Watch:
                      window.ends_at.isoformat(), window.evidence.get("held"))
 
 
-def merged(remembered: Seen, found: Seen) -> Seen:
-    """What this host remembers after a look that found nothing lost: the newest of each, and the
-    touched jobs, the newest RECKON_LEDGER_WATCH_JOBS of them."""
-    touched = {**remembered.touched}
-    for job_id, position in found.touched.items():
-        touched[job_id] = max(position, touched.get(job_id, 0))
-    keep = settings.RECKON_LEDGER_WATCH_JOBS
-    complete_above = remembered.complete_above if found.complete_above <= remembered.position else found.complete_above
-    if len(touched) > keep:
-        newest = sorted(touched.items(), key=lambda item: item[1], reverse=True)[:keep]
-        touched = dict(newest)
-        complete_above = max(complete_above, min(touched.values()))
-    return Seen(found.system_identifier, found.timeline, max(found.position, remembered.position), touched,
-                complete_above)
+def touched_path(path: Path) -> Path:
+    return path.with_suffix(".touched")
+
+
+def read_touched(path: Path) -> dict[str, int]:
+    """job id -> the newest event id seen of it, from the touched file's lines."""
+    touched: dict[str, int] = {}
+    try:
+        with open(path) as lines:
+            for line in lines:
+                position, _, job_id = line.rstrip("\n").partition("\t")
+                if job_id and position.isdigit():
+                    touched[job_id] = max(int(position), touched.get(job_id, 0))
+    except FileNotFoundError:
+        pass
+    return touched
+
+
+def write_touched(path: Path, touched: dict[str, int]) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as out:
+        out.writelines(f"{position}\t{job_id}\n" for job_id, position in touched.items())
+    os.replace(out.name, path)
 
 
 WATCH = Watch()
