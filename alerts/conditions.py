@@ -26,7 +26,8 @@ from alerts.models import AlertCondition
 from approvals.models import ApprovalRequest, ApprovalStatus
 from ledger.gate import gate_status
 from ledger.models import Job, LedgerEvent
-from ledger.states import QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
+from ledger.services.recovery import ROLLBACK_DETECTED, current_window
+from ledger.states import FINISHED_JOB, QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
 
 
 @dataclass(frozen=True)
@@ -212,4 +213,26 @@ def break_glass_guessing(tenants: frozenset[str] | None = None) -> Reading:
     )
 
 
-CHECKS = (unknown_too_old, approval_waiting, gate_closed, reconciliation_conflict, break_glass_guessing)
+def ledger_recovery(tenants: frozenset[str] | None = None) -> Reading:
+    """Fires while a recovery window is open (the ledger watch found lost history, or `recover`
+    ran): the held jobs wait for a lookup, new keys are looked up first. Counts the held jobs, as
+    the queue's reconciling tab lists them."""
+    window = current_window()
+    held = _fenced(Job.objects.filter(recovery_pending=True).exclude(status__in=FINISHED_JOB), tenants)
+    # The held jobs wait for the reconciler, not in the queue: the overview shows the window.
+    link = Link("held for a lookup", held.count(), reverse("overview"))
+    if window is None:
+        return Reading(AlertCondition.LEDGER_RECOVERY, False, "The ledger is not under recovery.", (link,))
+    lost = window.evidence.get("lost_events")
+    why = (f"the ledger lost history it had acknowledged ({lost} events gone, noticed by {window.opened_by})"
+           if window.cause == ROLLBACK_DETECTED else f"`recover` ran ({window.opened_by})")
+    return Reading(
+        AlertCondition.LEDGER_RECOVERY, True,
+        f"The ledger is under recovery: {why}. {plural(link.count, 'job is', 'jobs are')} held until looked up; "
+        f"until {window.ends_at:%Y-%m-%d %H:%M} UTC every new key is looked up at its provider first.",
+        (link,),
+    )
+
+
+CHECKS = (unknown_too_old, approval_waiting, gate_closed, reconciliation_conflict, break_glass_guessing,
+          ledger_recovery)

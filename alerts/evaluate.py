@@ -23,6 +23,7 @@ TITLES = {
     AlertCondition.GATE_CLOSED: "Dead-man gate closed: Reckon's own loops stopped",
     AlertCondition.RECONCILIATION_CONFLICT: "Reconciliation answered conflict",
     AlertCondition.BREAK_GLASS_GUESSING: "A break-glass account is being guessed",
+    AlertCondition.LEDGER_RECOVERY: "The ledger lost history: under recovery",
 }
 EVALUATOR = "reckon"  # the actor of the history's fired / resolved entries
 

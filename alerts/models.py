@@ -46,6 +46,7 @@ class AlertCondition(models.TextChoices):
     GATE_CLOSED = "gate_closed"
     RECONCILIATION_CONFLICT = "reconciliation_conflict"
     BREAK_GLASS_GUESSING = "break_glass_guessing"
+    LEDGER_RECOVERY = "ledger_recovery"
 
 
 class AlertState(models.Model):

@@ -24,6 +24,7 @@ from api.models import WorkerToken
 from console.hardening import client_address
 from ledger.gate import LOOPS, gate_status
 from ledger.models import Attempt, Job, LedgerEvent, PassRecord
+from ledger.services.recovery import recovery_summary
 from ledger.states import UNKNOWN_WORK, Delivery, EventKind, Execution, JobStatus, SideEffect
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -152,6 +153,20 @@ def exposition() -> str:
         "gauge",
         "1 while the dead-man gate is open, 0 while it holds irreversible side effects.",
         [({}, 1 if gate_status().open else 0)],
+    )
+    recovery = recovery_summary()
+    out.family(
+        "reckon_ledger_recovery_window_open",
+        "gauge",
+        "1 while a recovery window is open (the ledger lost history, or `recover` ran): every new key is looked "
+        "up at its provider before its first side effect.",
+        [({"cause": recovery["window"].cause if recovery["window"] else ""}, 1 if recovery["window"] else 0)],
+    )
+    out.family(
+        "reckon_ledger_recovery_held_jobs",
+        "gauge",
+        "Unfinished jobs held for recovery until reconciliation has looked them up.",
+        [({}, recovery["held"])],
     )
     passes = dict(PassRecord.objects.filter(name__in=LOOPS).values_list("name", "completed_at"))
     out.family(

@@ -41,6 +41,14 @@ def _enqueue(job_id: str, action: str = "mail.send", payload: dict | None = None
     return job_id
 
 
+def _end_recovery_windows() -> None:
+    """An operator ends a restore scenario's recovery window once its run is checked: the runs and
+    scenarios after it start outside recovery, as they would on a ledger that never lost history."""
+    from ledger.services.recovery import end_recovery_windows
+
+    end_recovery_windows(actor="chaos", note="the restore scenario's run is over and checked")
+
+
 def _status(job_id: str) -> str:
     return Job.objects.get(job_id=job_id).status
 
@@ -227,7 +235,79 @@ class StateStoreRestore(Scenario):
         recover(done + queued, timeout=self.recover_timeout)
         result.recover_seconds = time.monotonic() - started
         after.stop()  # no worker of this run may outlive it (the next run restores under it)
+        _end_recovery_windows()
         return done + queued
+
+
+class RestoreForgetsNewJobs(Scenario):
+    """Jobs created after the backup run their effects; the ledger is restored from the backup (it
+    has never heard of them); their agents retry the same keys. Nobody runs `recover`: the ledger
+    must notice by itself that it went back in time, and look each retried key up first."""
+
+    name = "restore_forgets_new_jobs"
+    summary = ("jobs created after a pg_dump run their effects (every sandbox action), the ledger is "
+               "restored, no command is run, the agents retry the same keys -> no second effect")
+    recover_timeout = 90.0
+    profile = {"profile": "chaos-social", "account": "chaos-brand"}
+
+    def _workload(self, prefix: str) -> list[tuple[str, str, dict, dict]]:
+        """(job id, action, payload, identity): every sandbox action, the non-idempotent relay twice."""
+        return [
+            (f"{prefix}-mail0", "mail.send", MAIL, {}),
+            (f"{prefix}-mail1", "mail.send", {**MAIL, "to": "billing@acme.example"}, {}),
+            (f"{prefix}-invoice", "billing.create_invoice", _invoice(7), {}),
+            (f"{prefix}-post", "social.publish_post", {"body": "Release notes are out"}, self.profile),
+            (f"{prefix}-vault", "vault.rotate_credential", {"name": f"{prefix}-db"}, {}),
+        ]
+
+    def run(self, world, result):
+        from django.db import connections
+
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        world.sandbox.request("PUT", f"/_admin/profiles/{self.profile['profile']}",
+                              {"account": self.profile["account"], "session": "active"})
+        worker = world.worker(f"{prefix}-before", workers=2)
+        done = [_enqueue(f"{prefix}-a{n}", "billing.create_invoice", _invoice(n)) for n in range(2)]
+        recover(done, timeout=30)
+        dump = world.workdir / f"{prefix}.dump"
+        _pg(world, "pg_dump", "-Fc", "-f", str(dump), world.database)
+        # After the backup: new jobs, and their effects at the providers.
+        workload = self._workload(prefix)
+        new = [self._agent(job_id, action, payload, identity) for job_id, action, payload, identity in workload]
+        recover(new, timeout=30)
+        worker.stop()
+        ran = {job_id: _status(job_id) for job_id in new}
+        _expect(result, set(ran.values()) == {JobStatus.SUCCEEDED}, f"before the restore: {ran}")
+        connections.close_all()
+        _pg(world, "pg_restore", "--clean", "--if-exists", "-d", world.database, str(dump))
+        killed_at = time.monotonic()
+        # No command: the agents retry the same keys, and the workers go on.
+        after = world.worker(f"{prefix}-after", workers=2)
+        for job_id, action, payload, identity in workload:
+            self._agent(job_id, action, payload, identity)
+        recover(done + new, timeout=self.recover_timeout)
+        result.recover_seconds = time.monotonic() - killed_at
+        after.stop()  # no worker of this run may outlive it (the next run restores under it)
+        effects = {job_id: world.sandbox.effects(marker=Job.objects.get(job_id=job_id).idempotency_key)["count"]
+                   for job_id in new}
+        statuses = {job_id: _status(job_id) for job_id in new}
+        result.figures = {
+            "retried_keys": len(new),
+            "second_effects": sum(max(0, count - 1) for count in effects.values()),
+            "confirmed_by_lookup": sum(status == JobStatus.SUCCEEDED and effects[job_id] == 1
+                                       for job_id, status in statuses.items()),
+            "waiting_for_a_person": sum(status == JobStatus.NEEDS_OPERATOR for status in statuses.values()),
+        }
+        _expect(result, all(count == 1 for count in effects.values()),
+                f"effects at the providers after the retries: {effects} (statuses {statuses})")
+        _end_recovery_windows()
+        return done + new
+
+    @staticmethod
+    def _agent(job_id: str, action: str, payload: dict, identity: dict) -> str:
+        enqueue_job(job_id=job_id, tenant="chaos", action=action, payload=payload, identity=identity,
+                    actor="chaos agent")
+        return job_id
 
 
 class ExternalWorkerKilled(Scenario):
@@ -490,7 +570,7 @@ def _finished(job_ids: list[str]) -> bool:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
-    SlowWorkerLeaseExpiry(), StateStoreRestore(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
+    SlowWorkerLeaseExpiry(), StateStoreRestore(), RestoreForgetsNewJobs(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
     BatchedWorkerKilled(), WebhookReconcilerDown(), ProviderInProgress409(),
 )}
 

@@ -74,6 +74,7 @@ class World:
         self.database = "reckon_chaos"
         self.sandbox = SandboxProcess(self.workdir / "sandbox.sqlite3")
         self.faults_dir = self.workdir / "faults"
+        self.watch_dir = self.workdir / "watch"
         self.actions_file = self.workdir / "actions.toml"
         self.workers: list[Worker] = []
 
@@ -95,6 +96,8 @@ class World:
         for name in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT"):
             setattr(settings, f"RECKON_{name}_URL", self.sandbox.url)
         settings.RECKON_DISPATCH = True
+        # Every process of this world watches its ledger (the one host's state files in one folder).
+        settings.RECKON_LEDGER_WATCH, settings.RECKON_LEDGER_WATCH_DIR = True, str(self.watch_dir)
         settings.RECKON_REDISPATCH_AFTER_S = self.REDISPATCH_AFTER
         return self
 
@@ -116,6 +119,8 @@ class World:
             "RECKON_FAULT_DIR": str(self.faults_dir),
             "RECKON_REDISPATCH_AFTER_S": str(self.REDISPATCH_AFTER),
             "RECKON_ACTIONS_FILE": str(self.actions_file),
+            "RECKON_LEDGER_WATCH": "true",
+            "RECKON_LEDGER_WATCH_DIR": str(self.watch_dir),
         }
 
     def worker(self, name: str, *, fault_point: str | None = None, jobs: str = "", workers: int = 1,

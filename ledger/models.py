@@ -332,3 +332,25 @@ class JobTombstone(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} ({self.status}, archived)"
+
+
+class RecoveryWindow(models.Model):
+    """A time after the ledger lost history (a detected rollback, or `recover` after a restore)
+    during which a key the ledger has never seen may be one it forgot: every new job is held
+    until its provider has been asked (ledger.recovery_window: the job table's trigger)."""
+
+    cause = models.CharField(max_length=32)  # "rollback_detected" or "recover"
+    opened_by = models.CharField(max_length=200)
+    opened_at = models.DateTimeField(db_default=Now())
+    ends_at = models.DateTimeField()
+    evidence = models.JSONField(default=dict, blank=True)  # what was compared, what was held
+    ended_at = models.DateTimeField(null=True, blank=True)  # ended early by a person
+    ended_by = models.CharField(max_length=150, blank=True, default="")
+    end_note = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["ends_at"], name="recovery_window_open",
+                                condition=Q(ended_at__isnull=True))]
+
+    def __str__(self) -> str:
+        return f"recovery window {self.pk} ({self.cause}) until {self.ends_at}"

@@ -14,7 +14,7 @@ import uuid
 
 from django.db import connection
 
-from ledger import endpoints, hooks, services
+from ledger import endpoints, hooks, rewind, services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
 from ledger.faults import fault_point
 from ledger.models import Job
@@ -64,6 +64,7 @@ class LeaseKeeper:
 def run_job(job_id: str, *, worker: str | None = None) -> str:
     """Run one delivery of a job. Returns a short word for what happened (for logs and tests)."""
     worker = worker or worker_identity()
+    rewind.tick()  # has the ledger gone back in time? (at most once a second; before this claim)
     try:
         lease = services.claim_job(job_id=job_id, worker=worker)
     except services.ClaimRefused as refused:

@@ -25,6 +25,7 @@ from concurrent.futures import wait as futures_wait
 
 from django.conf import settings
 
+from ledger import rewind
 from ledger.actions import PullReconciler, get_action, reconciled_elsewhere
 from ledger.models import Job
 from ledger.services import claim_for_reconciliation, complete_pass, latest_attempt, latest_attempts
@@ -46,6 +47,7 @@ def reconcile_until_idle(
     behind them. A claim is held for RECKON_RECONCILE_CLAIM_TTL: what is claimed ahead is at most
     a batch and `concurrency` lookups more than what is being looked up.
     """
+    rewind.tick()  # the reconciler's loop is also a heartbeat of the ledger watch (at most once a second)
     limit = limit or settings.RECKON_RECONCILE_BATCH
     chunk = max(1, limit // 4)
     started, decisions = time.monotonic(), []

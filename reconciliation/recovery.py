@@ -1,17 +1,17 @@
 """After the ledger is restored from a backup: hold every unfinished job until reconciliation
-has looked it up at the provider (`manage.py recover`)."""
+has looked it up at the provider, and open a recovery window in which every new key is looked up
+too (`manage.py recover`; ledger.services.recovery does the holding)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import Max
 
-from ledger.models import Job, LedgerEvent
-from ledger.services import Batch, latest_attempt, lock_job
-from ledger.states import FINISHED_JOB, ActorType, EventKind
+from ledger.models import Job, LedgerEvent, RecoveryWindow
+from ledger.services.recovery import RECOVER, hold_jobs, open_recovery_window
+from ledger.states import FINISHED_JOB
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Recovery:
     backup_point: object
     held: list[str]  # unfinished jobs now under recovery
     finished_in_window: list[str]  # touched near the backup point, but already finished
+    window: RecoveryWindow | None = None  # new keys are looked up before their first side effect until it ends
 
 
 def hold_for_recovery(*, window_minutes: int, actor: str = "recover") -> Recovery:
@@ -34,28 +35,16 @@ def hold_for_recovery(*, window_minutes: int, actor: str = "recover") -> Recover
     touched = set(
         Job.objects.filter(events__at__gte=since, status__in=FINISHED_JOB).values_list("job_id", flat=True)
     )
-    unfinished = list(
-        Job.objects.exclude(status__in=FINISHED_JOB).order_by("pk").values_list("job_id", flat=True)
+    held = hold_jobs(
+        None,
+        actor=actor,
+        note=(
+            "the ledger was restored from a backup: no new side effect of this job until "
+            "reconciliation has looked it up at the provider"
+        ),
+        evidence={"backup_point": backup_point.isoformat(), "window_minutes": window_minutes},
     )
-    held = []
-    for job_id in unfinished:
-        with transaction.atomic():
-            job = lock_job(job_id=job_id)
-            if job.status in FINISHED_JOB:
-                continue
-            with Batch() as batch:
-                batch.update_job(job, recovery_pending=True, next_check_at=None, check_count=0)
-                batch.record_unchanged(
-                    job,
-                    latest_attempt(job),
-                    actor_type=ActorType.SYSTEM,
-                    actor=actor,
-                    kind=EventKind.RECOVERY_STARTED,
-                    note=(
-                        "the ledger was restored from a backup: no new side effect of this job until "
-                        "reconciliation has looked it up at the provider"
-                    ),
-                    evidence={"backup_point": backup_point.isoformat(), "window_minutes": window_minutes},
-                )
-            held.append(job_id)
-    return Recovery(backup_point, held, sorted(touched))
+    # A key the restored ledger has never seen may be one it forgot: new ones are looked up too.
+    window = open_recovery_window(cause=RECOVER, actor=actor, evidence={
+        "backup_point": backup_point.isoformat(), "held": len(held)})
+    return Recovery(backup_point, held, sorted(touched), window)

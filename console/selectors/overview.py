@@ -16,7 +16,8 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import TenantFence
 from console.selectors.queue import oldest_unknown_at, tab_counts, unknown_work_counts
 from ledger.gate import Gate, gate_status
-from ledger.models import Attempt, Job, LedgerEvent
+from ledger.models import Attempt, Job, LedgerEvent, RecoveryWindow
+from ledger.services.recovery import current_window
 from ledger.states import FINISHED_JOB, Execution, JobStatus
 from reconciliation.models import CheckOutcome, ReconciliationCheck
 
@@ -43,6 +44,7 @@ class Overview:
     jobs_by_status: list[tuple[str, int]]
     finished_counted_at: datetime | None  # when the finished jobs were counted (None: just now)
     gate: Gate
+    recovery_window: RecoveryWindow | None  # ledger-wide, as the gate: new keys are looked up first
     duplicates_recent: int
     claims_recent: int
 
@@ -93,6 +95,7 @@ def overview(fence: TenantFence) -> Overview:
         jobs_by_status=[(s.value, by_status.get(s.value, 0)) for s in JobStatus],
         finished_counted_at=finished_counted_at,
         gate=gate_status(),
+        recovery_window=current_window(),
         duplicates_recent=deliveries["duplicates"],
         claims_recent=deliveries["claims"],
     )

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 
+from ledger import rewind
 from ledger.actions import declared_action
 from ledger.models import Attempt, Job
 from ledger.services.gate import complete_pass
@@ -30,6 +31,7 @@ class SweepResult:
 
 def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> SweepResult:
     """Expired + not_attempted -> next attempt; expired + submitted -> unknown, reconcile."""
+    rewind.tick()  # the sweeper's loop is also the ledger watch's heartbeat (at most once a second)
     result = SweepResult()
     due = list(
         Attempt.objects.filter(execution_state=Execution.RUNNING, lease_expires_at__lt=ClockTimestamp())

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import batch, drain, http_cycle, mcp, peers, providers, sections
+from bench import batch, drain, http_cycle, mcp, peers, providers, rewind, sections
 from bench import history as history_bench
 from chaos.world import World
 from config.processes import stop_like_ctrl_c
@@ -36,10 +36,12 @@ TARGETS = {
     "peers_pgbench_ratio_at_4": 0.3,
     "retention_cycle_ratio": 0.8,
     "history_page_growth": 1.2,  # the pages over a year of partitions (issue 28)
+    "ledger_watch_cycle_cost_at_4": 0.02,  # the share of cycles the ledger watch costs (issue 41)
 }
 
 
-SECTIONS = ("cycles", "http", "batch", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers", "history")
+SECTIONS = ("cycles", "http", "batch", "end_to_end", "reconciliation", "scale", "drain", "rate_limit", "mcp", "peers", "history",
+            "rewind")
 
 
 class Command(BaseCommand):
@@ -85,6 +87,14 @@ class Command(BaseCommand):
                 report["search_index_cost"] = sections.search_index_cost(
                     seconds=seconds, rounds=1 if quick else 4, enqueues=100 if quick else 1000)
                 self._rows(report["search_index_cost"])
+            if "rewind" in run:
+                self._section("the ledger cycle and enqueue with the ledger watch (and the recovery window's "
+                              "trigger) on and off, alternating rounds (4 workers)")
+                report["rewind"] = rewind.watch_cost(seconds=seconds, rounds=2 if quick else 4,
+                                                     enqueues=100 if quick else 1000)
+                self._rows(report["rewind"]["rows"])
+                self.stdout.write(f"  cycles lost to the watch: {report['rewind']['cycle_cost']:.2%}; "
+                                  f"enqueues: {report['rewind']['enqueue_cost']:.2%}")
             if "http" in run:
                 self._section("the worker cycle over HTTP (reckon_client, gunicorn as runstack runs it) vs in-process")
                 report["http"] = http_cycle.http_cycles(world, seconds=seconds, clients=(1, 4))
@@ -260,6 +270,8 @@ class Command(BaseCommand):
             large, small = report["history"]["pages"]["large_run"], report["history"]["pages"]["small_run"]
             measured["history_page_growth"] = max(b["median_ms"] / max(a["median_ms"], 0.001)
                                                   for a, b in zip(small["pages"], large["pages"], strict=True))
+        if "rewind" in report:
+            measured["ledger_watch_cycle_cost_at_4"] = report["rewind"]["cycle_cost"]
         self._section("targets")
         rows = {}
         for name, target in TARGETS.items():
