@@ -268,6 +268,23 @@ class PassRecord(models.Model):
         return f"{self.name} at {self.completed_at}"
 
 
+class LoopBeat(models.Model):
+    """A running `--loop` process (the reconciler's, the sweeper's) on one host: when it last
+    completed a pass. Written by the loop itself (ledger.loops), removed when it stops cleanly, so a
+    row that stops beating is a process stopped, stuck or killed: the stalled-loop alert reads it.
+    PassRecord cannot tell: any process's pass (the qcluster's once a minute) renews it."""
+
+    name = models.CharField(max_length=300, primary_key=True)  # "reconciler@host"
+    loop = models.CharField(max_length=32)  # "reconciler", "sweeper"
+    process = models.CharField(max_length=200)  # host:pid of the process beating now
+    interval_s = models.FloatField()
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.beat_at}"
+
+
 class JobSearchText(models.Model):
     """What the console's search reads of a job: its id, key and payload as one text, kept by a
     database trigger (migration 0016) when a job is inserted or those columns change. A table of

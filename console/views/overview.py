@@ -4,7 +4,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.access import READERS, fence_of, role_required
-from console.selectors.alerts import firing_titles
+from console.selectors.alerts import firing_titles, silences
 from console.selectors.charts import WINDOWS
 from console.selectors.overview import overview as overview_figures
 from console.selectors.overview_charts import overview_charts
@@ -14,7 +14,8 @@ from console.selectors.overview_charts import overview_charts
 @role_required(*READERS)
 def overview(request: HttpRequest) -> HttpResponse:
     fence = fence_of(request.user)
-    live = {"overview": overview_figures(fence), "alerts_firing": firing_titles()}
+    live = {"overview": overview_figures(fence), "alerts_firing": firing_titles(),
+            "silences": silences()}
     if request.htmx:  # the live figures' refresh; the charts refresh on their own
         return render(request, "console/overview.html#overview-live", live)
     return render(request, "console/overview.html", {**live, "charts": overview_charts(_window(request), fence)})
