@@ -151,6 +151,19 @@ class Budget:
             time.sleep(wait)  # pacing the call itself, not waiting for another thread
         return Slot(self, name, start, probe)
 
+    def circuit_wait(self, name: str) -> float | None:
+        """Seconds before this provider's circuit lets a call through (open, or a probe under
+        way); None when a call would go now. Takes no turn: a worker asks before its side effect."""
+        with self._lock:
+            provider = self._providers.get(name)
+            if provider is None or not provider.open_until:
+                return None
+            now, cooldown = time.monotonic(), settings.RECKON_PROVIDER_CIRCUIT_COOLDOWN_S
+            probing = provider.probing and now - provider.probe_at < cooldown
+            if now < provider.open_until or probing:
+                return max(provider.open_until - now, cooldown / 10)
+            return None
+
     def _climb(self, provider: _Provider, now: float) -> None:
         """Between 429s the pace climbs back (see the module docstring)."""
         elapsed, provider.adjusted_at = now - provider.adjusted_at, now

@@ -16,6 +16,7 @@ from django.db import connection
 
 from ledger import endpoints, hooks, services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
+from ledger.budget import BUDGET
 from ledger.faults import fault_point
 from ledger.models import Job
 
@@ -89,6 +90,11 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         except Exception as exc:  # nothing was sent: try again when the configuration can be read
             services.record_failure(lease=lease, error=f"could not say where the effect goes: {exc}", retryable=True)
             return "failed"
+        if action.provider and (wait := BUDGET.circuit_wait(action.provider)) is not None:
+            # Its circuit is open: no call would leave, so no attempt is spent on one.
+            services.hold_for_provider(lease=lease, provider=action.provider, retry_in=wait,
+                                       reason="its circuit is open")
+            return "held:circuit"
         fault_point("before_call", job_id)
         services.begin_side_effect(lease=lease, sent_to=sent_to)
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
@@ -124,7 +130,8 @@ def _record(lease: services.Lease, outcome: Outcome) -> str:
         return "succeeded"
     if isinstance(outcome, Failed):
         services.record_failure(
-            lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence
+            lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence,
+            retry_in=outcome.retry_in,
         )
         return "failed"
     services.record_unknown(lease=lease, reason=outcome.reason, evidence=outcome.evidence)

@@ -32,13 +32,19 @@ def test_a_429_is_a_retryable_failure_and_nothing_was_sent(provider):
     assert ProviderState.objects.get(provider="mail").state == "throttled"
 
 
-def test_an_open_circuit_fails_the_call_before_sending(provider, settings):
+def test_an_open_circuit_holds_the_attempt_before_its_side_effect_and_spends_none(provider, settings):
     settings.RECKON_PROVIDER_CIRCUIT_FAILURES = 2
     settings.RECKON_MAIL_URL = f"http://127.0.0.1:{free_port()}"  # nobody answers there
+    results = []
     for n in range(3):
         make_job(f"c-{n}", action="mail.send", payload=MAIL)
-        assert runtime.run_job(f"c-{n}") == "failed"
+        results.append(runtime.run_job(f"c-{n}"))
+    assert results == ["failed", "failed", "held:circuit"]
     assert "could not connect" in Attempt.objects.get(job__job_id="c-0", number=1).error
-    opened = Attempt.objects.get(job__job_id="c-2", number=1)
-    assert "circuit open" in opened.error and "not sent" in opened.error
-    assert opened.execution_state == "failed" and latest_attempt("c-2").number == 2
+    held = latest_attempt("c-2")
+    assert held.number == 1 and held.execution_state == "not_started" and held.side_effect_state == "not_attempted"
+    job = held.job
+    assert job.status == "pending" and job.retry_at is not None  # back when the circuit lets a call through
+    event = job.events.order_by("-id").first()
+    assert event.kind == "side_effect_held" and "provider mail is not taking calls" in event.note
+    assert "not spent" in event.note

@@ -41,5 +41,6 @@ class Command(BaseCommand):
                 f"swept {result.total} expired lease(s) in "
                 f"{(time.monotonic() - started) * 1000:.1f} ms: "
                 f"{len(result.reclaimed)} reclaimed, {len(result.unknown)} unknown, "
-                f"{len(result.exhausted)} exhausted, {len(result.redispatched)} stranded jobs redispatched"
+                f"{len(result.exhausted)} exhausted, {len(result.retried)} retries due dispatched, "
+                f"{len(result.redispatched)} stranded jobs redispatched"
             )
