@@ -164,6 +164,14 @@ class Budget:
                 return max(provider.open_until - now, cooldown / 10)
             return None
 
+    def would_probe(self, name: str) -> bool:
+        """Whether a call now would be the circuit's one probe (its cool-down is over, no probe is
+        under way): what it answers decides whether the circuit closes."""
+        with self._lock:
+            provider = self._providers.get(name)
+            return provider is not None and bool(provider.open_until) and time.monotonic() >= provider.open_until \
+                and not provider.probing
+
     def _climb(self, provider: _Provider, now: float) -> None:
         """Between 429s the pace climbs back (see the module docstring)."""
         elapsed, provider.adjusted_at = now - provider.adjusted_at, now

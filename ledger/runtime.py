@@ -95,6 +95,7 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
             services.hold_for_provider(lease=lease, provider=action.provider, retry_in=wait,
                                        reason="its circuit is open")
             return "held:circuit"
+        probe = bool(action.provider) and BUDGET.would_probe(action.provider)
         fault_point("before_call", job_id)
         services.begin_side_effect(lease=lease, sent_to=sent_to)
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
@@ -103,7 +104,7 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         hooks.provider_called()  # what this call taught the provider's budget, for the console
         if isinstance(outcome, Succeeded):
             fault_point("after_provider_success", job_id)
-        result = _record(keeper.lease, outcome)
+        result = _record(keeper.lease, outcome, probe=probe)
         fault_point("after_local_write", job_id)
         return result
     except services.StaleLease as stale:
@@ -124,14 +125,14 @@ def _call(executor, job: Job) -> Outcome:
     return outcome
 
 
-def _record(lease: services.Lease, outcome: Outcome) -> str:
+def _record(lease: services.Lease, outcome: Outcome, *, probe: bool = False) -> str:
     if isinstance(outcome, Succeeded):
         services.record_success(lease=lease, result_ref=outcome.result_ref, evidence=outcome.evidence)
         return "succeeded"
     if isinstance(outcome, Failed):
         services.record_failure(
             lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence,
-            retry_in=outcome.retry_in,
+            retry_in=outcome.retry_in, probe=probe,
         )
         return "failed"
     services.record_unknown(lease=lease, reason=outcome.reason, evidence=outcome.evidence)

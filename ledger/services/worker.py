@@ -380,11 +380,15 @@ def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None 
 
 def record_failure(
     *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None,
-    retry_in: float | None = None,
+    retry_in: float | None = None, probe: bool = False,
 ) -> Attempt:
     """A definitive refusal: the provider proved that nothing happened. A retryable one queues the
     next attempt to start after the action's backoff, and at least `retry_in` seconds (what the
-    provider asked for, or what its open circuit holds): the sweeper dispatches it then."""
+    provider asked for, or what its open circuit holds): the sweeper dispatches it then.
+
+    `probe`: the call was its provider's circuit probe (the one call a cool-down lets through to
+    see whether the provider is back). It failed retryably because the provider is still down, not
+    because of this job: it is not counted against the job's attempts."""
 
     def fail(job: Job, attempt: Attempt) -> None:
         submitted = attempt.side_effect_state == SideEffect.SUBMITTED
@@ -399,7 +403,11 @@ def record_failure(
                 delay, why = retry_delay(job, attempt.number, retry_in)
                 note = (f"attempt {attempt.number + 1} queued with the same key; it starts in {delay:.1f} s ({why})"
                         if delay > 0 else "")
-                opened = batch.open_next_attempt(job, attempt, **_by(lease), dispatch=delay <= 0, note=note)
+                if probe:
+                    note = (f"{note or f'attempt {attempt.number + 1} queued with the same key'}; attempt "
+                            f"{attempt.number} was the provider's circuit probe: not counted against the attempts")
+                opened = batch.open_next_attempt(job, attempt, **_by(lease), dispatch=delay <= 0, note=note,
+                                                 one_more=probe)
                 if opened is not None and delay > 0:
                     batch.update_job(job, retry_at=job.db_now + timedelta(seconds=delay))
 
