@@ -156,7 +156,7 @@ def approval_waiting(tenants: frozenset[str] | None = None) -> Reading:
     )
 
 
-def _starting_up(gate) -> bool:
+def starting_up(gate) -> bool:
     """A fresh database whose loops have not completed their first pass yet, within the gate's
     bound of its creation: the gate holds irreversible work (safe), but nothing has stopped."""
     if any(gate.last_passes.get(name) for name in LOOPS):
@@ -172,7 +172,7 @@ def gate_closed(tenants: frozenset[str] | None = None) -> Reading:
     held = _fenced(Job.objects.filter(gated_at__isnull=False), tenants).count()
     if gate.open:
         return Reading(AlertCondition.GATE_CLOSED, False, "The dead-man gate is open.", (Link("held", held, path),))
-    if _starting_up(gate):
+    if starting_up(gate):
         return Reading(AlertCondition.GATE_CLOSED, False,
                        "Reckon is starting: the sweeper and the reconciler have not completed their first pass yet "
                        f"(the database is new; the alert waits {bound_text(settings.RECKON_GATE_BOUND_S)} for them).",
