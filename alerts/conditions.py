@@ -18,14 +18,16 @@ from urllib.parse import urlencode
 
 from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+from django.db.models import Count, Exists, Min, OuterRef, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 
 from alerts.models import AlertCondition
 from approvals.models import ApprovalRequest, ApprovalStatus
-from ledger.gate import gate_status
-from ledger.models import Job, LedgerEvent
+from ledger.gate import LOOPS, gate_status
+from ledger.models import Job, LedgerEvent, LoopBeat
 from ledger.services.recovery import ROLLBACK_DETECTED, current_window
 from ledger.states import FINISHED_JOB, QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
 
@@ -155,6 +157,15 @@ def approval_waiting(tenants: frozenset[str] | None = None) -> Reading:
     )
 
 
+def starting_up(gate) -> bool:
+    """A fresh database whose loops have not completed their first pass yet, within the gate's
+    bound of its creation: the gate holds irreversible work (safe), but nothing has stopped."""
+    if any(gate.last_passes.get(name) for name in LOOPS):
+        return False
+    created = MigrationRecorder.Migration.objects.filter(app="ledger").aggregate(at=Min("applied"))["at"]
+    return created is not None and timezone.now() - created <= timedelta(seconds=settings.RECKON_GATE_BOUND_S)
+
+
 def gate_closed(tenants: frozenset[str] | None = None) -> Reading:
     gate = gate_status()
     # The held jobs are not in the queue (they wait for workers): the overview shows the gate.
@@ -162,6 +173,11 @@ def gate_closed(tenants: frozenset[str] | None = None) -> Reading:
     held = _fenced(Job.objects.filter(gated_at__isnull=False), tenants).count()
     if gate.open:
         return Reading(AlertCondition.GATE_CLOSED, False, "The dead-man gate is open.", (Link("held", held, path),))
+    if starting_up(gate):
+        return Reading(AlertCondition.GATE_CLOSED, False,
+                       "Reckon is starting: the sweeper and the reconciler have not completed their first pass yet "
+                       f"(the database is new; the alert waits {bound_text(settings.RECKON_GATE_BOUND_S)} for them).",
+                       (Link("held", held, path),))
     return Reading(
         AlertCondition.GATE_CLOSED, True,
         f"The dead-man gate is closed: {gate.reason}. {plural(held, 'job', 'jobs')} held.",
@@ -234,5 +250,29 @@ def ledger_recovery(tenants: frozenset[str] | None = None) -> Reading:
     )
 
 
+def loop_stalled(tenants: frozenset[str] | None = None) -> Reading:
+    """Fires while a running `reconcile --loop` or `sweep_leases --loop` process has not completed a
+    pass within RECKON_ALERT_LOOP_STALL_S (stopped with SIGSTOP, stuck, or killed: a clean stop
+    removes its row, ledger.loops). The gate cannot tell: the qcluster's passes keep it open."""
+    bound = settings.RECKON_ALERT_LOOP_STALL_S
+    path = reverse("overview")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        now = cursor.fetchone()[0]
+    stalled = list(LoopBeat.objects.filter(beat_at__lt=now - timedelta(seconds=bound)).order_by("beat_at"))
+    if not stalled:
+        return Reading(AlertCondition.LOOP_STALLED, False,
+                       f"Every running reconciler and sweeper loop completed a pass within {bound_text(bound)}.",
+                       (Link("stalled loops", 0, path),))
+    named = "; ".join(f"the {beat.loop} loop ({beat.process}) has not completed a pass for "
+                      f"{duration((now - beat.beat_at).total_seconds())}" for beat in stalled)
+    return Reading(
+        AlertCondition.LOOP_STALLED, True,
+        f"{named} (bound {bound_text(bound)}): it is stopped, stuck or was killed. Unknown work waits longer for its "
+        "look-up while the qcluster's once-a-minute pass stands in; restart the process.",
+        (Link("stalled loops", len(stalled), path),),
+    )
+
+
 CHECKS = (unknown_too_old, approval_waiting, gate_closed, reconciliation_conflict, break_glass_guessing,
-          ledger_recovery)
+          ledger_recovery, loop_stalled)

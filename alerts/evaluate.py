@@ -24,6 +24,7 @@ TITLES = {
     AlertCondition.RECONCILIATION_CONFLICT: "Reconciliation answered conflict",
     AlertCondition.BREAK_GLASS_GUESSING: "A break-glass account is being guessed",
     AlertCondition.LEDGER_RECOVERY: "The ledger lost history: under recovery",
+    AlertCondition.LOOP_STALLED: "A reconciler or sweeper loop stalled",
 }
 EVALUATOR = "reckon"  # the actor of the history's fired / resolved entries
 
@@ -50,14 +51,30 @@ def evaluate_alerts() -> list[Notified]:
     return sent
 
 
-def message(reading: Reading, *, firing_since=None) -> tuple[str, str]:
-    """The subject and text of a notification: what holds, and each figure's page."""
+def silences_in_force(now=None) -> list[AlertState]:
+    """The silences that hold now, the soonest to end first (each message and page names them)."""
+    now = now or timezone.now()
+    return list(AlertState.objects.filter(silenced_until__gt=now).order_by("silenced_until", "condition"))
+
+
+def silence_text(state: AlertState) -> str:
+    """'Dead-man gate closed: ... until 2026-12-03 18:00 UTC or until it resolves (olga: "on it")'."""
+    by = f" ({state.silenced_by}: \"{state.silence_note}\")" if state.silenced_by else ""
+    return (f"{TITLES[state.condition]} is silenced until {state.silenced_until:%Y-%m-%d %H:%M} UTC "
+            f"or until it resolves, whichever comes first{by}")
+
+
+def message(reading: Reading, *, firing_since=None, silences: list[AlertState] = ()) -> tuple[str, str]:
+    """The subject and text of a notification: what holds, each figure's page, and what is
+    silenced until when (so no one is surprised by an alert that stays quiet)."""
     title = TITLES[reading.condition]
     links = "\n".join(f"{link.label.capitalize()} ({link.count}): {absolute(link.path)}" for link in reading.links)
+    silenced = "".join(f"\nSilenced: {silence_text(state)}." for state in silences
+                       if state.condition != reading.condition)
     if reading.firing:
-        return f"[Reckon] FIRING: {title}", f"{reading.summary}\n{links}"
+        return f"[Reckon] FIRING: {title}", f"{reading.summary}\n{links}{silenced}"
     since = f" (firing since {firing_since:%Y-%m-%d %H:%M} UTC)" if firing_since else ""
-    return f"[Reckon] RESOLVED: {title}", f"Resolved{since}. {reading.summary}\n{links}"
+    return f"[Reckon] RESOLVED: {title}", f"Resolved{since}. {reading.summary}\n{links}{silenced}"
 
 
 def _evaluate(reading: Reading, *, notify: bool) -> Notified | None:
@@ -75,19 +92,33 @@ def _evaluate(reading: Reading, *, notify: bool) -> Notified | None:
                                       kind=AlertEventKind.FIRED if reading.firing else AlertEventKind.RESOLVED)
         else:
             firing_since = _last_fired(reading.condition) if not reading.firing else None
-        silenced = state.silenced_until is not None and state.silenced_until > now
+        ended = _end_silence(state, now, resolved=changed and not reading.firing)
+        silenced = state.silenced_until is not None
         notified = None
         if notify and not silenced and state.told_firing != reading.firing:
             try:
-                channels = send(*message(reading, firing_since=firing_since))
+                channels = send(*message(reading, firing_since=firing_since, silences=silences_in_force(now)))
             except NotDelivered:
                 pass  # logged by notify; still due, the next pass tries again
             else:
                 state.told_firing, state.notified_at = reading.firing, now
                 notified = Notified(reading.condition, reading.firing, channels)
-        if changed or notified:
+        if changed or notified or ended:
             state.save()
     return notified
+
+
+def _end_silence(state: AlertState, now, *, resolved: bool) -> bool:
+    """A silence ends with the incident it was set for, or at its time: whichever comes first.
+    Recorded in the history; True when one ended."""
+    if state.silenced_until is None or not (resolved or state.silenced_until <= now):
+        return False
+    why = "the alert resolved" if resolved and state.silenced_until > now else "its time was up"
+    AlertEvent.objects.create(condition=state.condition, kind=AlertEventKind.SILENCE_ENDED, actor=EVALUATOR,
+                              note=f"the silence set by {state.silenced_by or 'someone'} ended: {why}",
+                              silenced_until=state.silenced_until)
+    state.silenced_until, state.silenced_by, state.silence_note = None, "", ""
+    return True
 
 
 def _last_fired(condition: str):

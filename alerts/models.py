@@ -47,6 +47,7 @@ class AlertCondition(models.TextChoices):
     RECONCILIATION_CONFLICT = "reconciliation_conflict"
     BREAK_GLASS_GUESSING = "break_glass_guessing"
     LEDGER_RECOVERY = "ledger_recovery"
+    LOOP_STALLED = "loop_stalled"
 
 
 class AlertState(models.Model):
@@ -63,7 +64,11 @@ class AlertState(models.Model):
     changed_at = models.DateTimeField(db_default=Now())  # firing since / clear since
     told_firing = models.BooleanField(default=False)
     notified_at = models.DateTimeField(null=True, blank=True)
+    # A silence belongs to the incident it was set for: it ends when the alert resolves, or at its
+    # time, whichever comes first (alerts.evaluate), and every message names it until then.
     silenced_until = models.DateTimeField(null=True, blank=True)
+    silenced_by = models.CharField(max_length=150, blank=True, default="")
+    silence_note = models.TextField(blank=True, default="")
     acknowledged_by = models.CharField(max_length=150, blank=True, default="")  # cleared when it resolves
     acknowledged_at = models.DateTimeField(null=True, blank=True)
 
@@ -83,6 +88,7 @@ class AlertEventKind(models.TextChoices):
     RESOLVED = "resolved"
     ACKNOWLEDGED = "acknowledged"
     SILENCED = "silenced"
+    SILENCE_ENDED = "silence_ended"
 
 
 class AlertEvent(models.Model):

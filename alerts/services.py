@@ -1,5 +1,7 @@
 """What people do about a firing alert, each with its entry in the alerts' history in the same
-transaction: acknowledge it ("I'm on it"), or silence its notifications for a bounded time."""
+transaction: acknowledge it ("I'm on it"), or silence its notifications for a bounded time. A
+silence belongs to the incident it is set for: it ends when the alert resolves (alerts.evaluate)
+or at its time, whichever comes first, so it never hides the next incident."""
 
 from __future__ import annotations
 
@@ -44,15 +46,19 @@ def alert_acknowledge(*, condition: str, username: str, note: str) -> AlertState
 
 @transaction.atomic
 def alert_silence(*, condition: str, username: str, note: str, hours: float) -> AlertState:
-    """No notification for `condition` until the silence ends (at most RECKON_ALERT_SILENCE_MAX_H);
-    then the channels hear what holds at that moment, if it is not what they were last told."""
+    """No notification for `condition` while this incident lasts, at most `hours` (at most
+    RECKON_ALERT_SILENCE_MAX_H); when it resolves or the time is up, the channels hear what holds,
+    if it is not what they were last told. Only a firing alert has an incident to silence."""
     note = _note(note)
     longest = settings.RECKON_ALERT_SILENCE_MAX_H
     if not 0 < hours <= longest:
         raise AlertRefused(f"a silence lasts more than 0 and at most {longest:g} h, not {hours:g} h")
     state = _locked_state(condition)
+    if not state.firing:
+        raise AlertRefused("this alert is not firing: a silence belongs to an incident, and there is none to silence")
     state.silenced_until = timezone.now() + timedelta(hours=hours)
-    state.save(update_fields=["silenced_until"])
+    state.silenced_by, state.silence_note = username, note
+    state.save(update_fields=["silenced_until", "silenced_by", "silence_note"])
     AlertEvent.objects.create(condition=condition, kind=AlertEventKind.SILENCED, actor=username, note=note,
                               silenced_until=state.silenced_until)
     return state

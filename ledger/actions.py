@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,6 +44,9 @@ class Failed:
     error: str
     retryable: bool = False
     evidence: dict = field(default_factory=dict)
+    # Seconds the provider asked for (Retry-After) or its open circuit holds: the next attempt
+    # waits at least this long, beyond the action's backoff.
+    retry_in: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,47 @@ class PullReconciler:
 
 
 @dataclass(frozen=True)
+class NothingDone:
+    """An answer that proves nothing was done: a 5xx of one of `statuses` whose error text says
+    `says` (case-insensitive), as the provider documents it (the sandbox vault's "503 ... nothing was
+    done", "500 ... rolled back; nothing was done"). Only what an action declares counts: any other
+    5xx is unknown, since the effect may have happened before the error."""
+
+    statuses: tuple[int, ...]
+    says: str
+
+    def __post_init__(self) -> None:
+        if not self.statuses or not all(500 <= status <= 599 for status in self.statuses):
+            raise ValueError(f"nothing_done statuses must be 5xx codes, got {self.statuses!r}")
+        if not self.says.strip():
+            raise ValueError("nothing_done needs the words the answer says (says = \"nothing was done\")")
+
+    def proves(self, status: int, text: str) -> bool:
+        return status in self.statuses and self.says.casefold() in text.casefold()
+
+
+@dataclass(frozen=True)
+class RetryBackoff:
+    """How long a retryable failure's next attempt waits: exponential from `base_s` (doubling per
+    attempt, at most `cap_s`), with jitter (between half and all of it), so that a provider's blip
+    is not met by every job at once. An open circuit makes it wait at least for the circuit."""
+
+    base_s: float = 2.0
+    cap_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.base_s <= self.cap_s:
+            raise ValueError(f"retry backoff: 0 <= base ({self.base_s:g} s) <= cap ({self.cap_s:g} s)")
+
+    def delay_after(self, attempt: int, *, seed: str) -> float:
+        """Seconds before the attempt after `attempt` (1 for the first failure). The jitter is drawn
+        from `seed` (the job's key): jobs spread apart, and one job's delay can be checked."""
+        ceiling = min(self.cap_s, self.base_s * 2 ** max(0, attempt - 1))
+        draw = random.Random(f"{seed}:{attempt}").random()  # nosec B311  # jitter, not a secret
+        return ceiling / 2 + draw * ceiling / 2
+
+
+@dataclass(frozen=True)
 class Action:
     name: str
     # Runs the side effect in a django-q2 worker; None: an external action, run by workers over HTTP.
@@ -121,8 +166,18 @@ class Action:
     # The environment variables its reconciler reads where it runs (an MCP upstream's headers and
     # env, for a look-up through the upstream): `reconcile` refuses to start without them.
     reconciler_variables: tuple[str, ...] = ()
+    # The name its calls take in the provider budget (ledger.budget): while that provider's circuit
+    # is open in this process, an attempt is handed back before its side effect, not spent; "": none.
+    provider: str = ""
+    # The provider's answers that prove nothing was done (a failure, retried), beyond which a 5xx
+    # is unknown.
+    nothing_done: tuple[NothingDone, ...] = ()
+    retry_backoff: RetryBackoff = RetryBackoff()
     # Where the action was declared (the actions file, or a module), for `manage.py actions`.
     source: str = ""
+
+    def proves_nothing_done(self, status: int, text: str) -> bool:
+        return any(answer.proves(status, text) for answer in self.nothing_done)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -222,6 +277,9 @@ def action(
     sent_to: Callable[[Job], str] | None = None,
     runbook_url: str = "",
     check_by_hand: str = "",
+    provider: str = "",
+    nothing_done: tuple[NothingDone, ...] = (),
+    retry_backoff: RetryBackoff = RetryBackoff(),
 ) -> Callable[[Executor], Executor]:
     """Register the decorated function as the executor of action `name` (see `Action`)."""
 
@@ -229,7 +287,8 @@ def action(
         register(Action(name=name, executor=executor, reversible=reversible, queryable=queryable,
                         max_attempts=max_attempts, lease_ttl=lease_ttl, reconciler=reconciler,
                         observe_identity=observe_identity, identity=tuple(identity), sent_to=sent_to,
-                        runbook_url=runbook_url,
+                        runbook_url=runbook_url, provider=provider, nothing_done=tuple(nothing_done),
+                        retry_backoff=retry_backoff,
                         check_by_hand=check_by_hand, source=f"module {executor.__module__}"))
         return executor
 

@@ -27,6 +27,11 @@ A call that would wait longer than RECKON_PROVIDER_MAX_WAIT_S for its turn, or w
 open, raises `OverBudget` / `CircuitOpen`: both are `NotSent` (nothing left this process) and carry
 `retry_in`, the seconds after which asking again makes sense.
 
+**Failing.** A provider whose circuit is closed may still fail most calls (90 % of answers dropped
+never makes RECKON_PROVIDER_CIRCUIT_FAILURES in a row): when at least FAILING_MIN_ANSWERS calls
+ended in the last minute and more than half of them failed (5xx, no answer, refused connection),
+the console shows it as `failing`, with the share.
+
 The state is per process. `snapshot()` describes it for the console (reconciliation.providers).
 """
 
@@ -47,6 +52,8 @@ OK_AGAIN = 2.0  # at this multiple of the rate last refused, the provider is no 
 CALLS_WINDOW_S = 60.0  # the calls a process reports for the console: those of the last minute
 RATE_WINDOW_S = 1.0  # the accepted rate is measured over this long...
 MIN_SPAN_S = 0.25  # ...or since the first answer, but never over less than this
+FAILING_SHARE = 0.5  # more than this share of the last minute's calls failed: `failing`
+FAILING_MIN_ANSWERS = 4  # ...out of at least this many
 
 
 class NotSent(Exception):
@@ -90,6 +97,7 @@ class _Provider:
     accepted: deque = field(default_factory=deque)  # times of answers other than 429, within RATE_WINDOW_S
     first_answer_at: float | None = None
     last_reason: str = ""
+    outcomes: deque = field(default_factory=deque)  # (time, failed) of the calls ended within CALLS_WINDOW_S
 
     def pace(self) -> float | None:
         limits = [value for value in (self.rate, self.cap) if value is not None]
@@ -143,6 +151,27 @@ class Budget:
             time.sleep(wait)  # pacing the call itself, not waiting for another thread
         return Slot(self, name, start, probe)
 
+    def circuit_wait(self, name: str) -> float | None:
+        """Seconds before this provider's circuit lets a call through (open, or a probe under
+        way); None when a call would go now. Takes no turn: a worker asks before its side effect."""
+        with self._lock:
+            provider = self._providers.get(name)
+            if provider is None or not provider.open_until:
+                return None
+            now, cooldown = time.monotonic(), settings.RECKON_PROVIDER_CIRCUIT_COOLDOWN_S
+            probing = provider.probing and now - provider.probe_at < cooldown
+            if now < provider.open_until or probing:
+                return max(provider.open_until - now, cooldown / 10)
+            return None
+
+    def would_probe(self, name: str) -> bool:
+        """Whether a call now would be the circuit's one probe (its cool-down is over, no probe is
+        under way): what it answers decides whether the circuit closes."""
+        with self._lock:
+            provider = self._providers.get(name)
+            return provider is not None and bool(provider.open_until) and time.monotonic() >= provider.open_until \
+                and not provider.probing
+
     def _climb(self, provider: _Provider, now: float) -> None:
         """Between 429s the pace climbs back (see the module docstring)."""
         elapsed, provider.adjusted_at = now - provider.adjusted_at, now
@@ -163,6 +192,7 @@ class Budget:
     def _answered(self, slot: Slot, status: int, retry_after: float | None) -> None:
         with self._lock:
             provider, now = self._get(slot.provider), time.monotonic()
+            self._ended(provider, now, failed=status >= 500)
             if status >= 500:
                 self._failed(provider, now, f"answered {status}")
                 return
@@ -206,15 +236,26 @@ class Budget:
 
     def _no_answer(self, slot: Slot, reason: str) -> None:
         with self._lock:
-            self._failed(self._get(slot.provider), time.monotonic(), reason)
+            provider, now = self._get(slot.provider), time.monotonic()
+            self._ended(provider, now, failed=True)
+            self._failed(provider, now, reason)
+
+    def _ended(self, provider: _Provider, now: float, *, failed: bool) -> None:
+        was = _failing(provider, now)
+        provider.outcomes.append((now, failed))
+        if _failing(provider, now) != was:
+            self.changed.set()
 
     def snapshot(self) -> list[dict]:
         """Each provider this process has called: state ok / throttled / open, and its figures."""
         with self._lock:
             now, rows = time.monotonic(), []
             for provider in self._providers.values():
+                failed, ended = _failed_share(provider, now)
                 if provider.open_until:
                     state = "open"
+                elif _failing(provider, now):
+                    state = "failing"
                 elif provider.rate is not None:
                     state = "throttled"
                 else:
@@ -224,7 +265,8 @@ class Budget:
                     "open_for_s": max(0.0, provider.open_until - now) if provider.open_until else None,
                     "throttled": provider.throttled, "sent": provider.sent, "failures": provider.failures,
                     "calls_last_minute": _forget_calls_before(provider.calls, now - CALLS_WINDOW_S),
-                    "reason": provider.last_reason,
+                    "reason": provider.last_reason if state != "failing" else
+                    f"{failed} of the last minute's {ended} calls failed; last: {provider.last_reason}",
                 })
             return rows
 
@@ -233,6 +275,18 @@ class Budget:
         with self._lock:
             self._providers.clear()
             self.called.clear()
+
+
+def _failed_share(provider: _Provider, now: float) -> tuple[int, int]:
+    """(failed, ended) of the provider's calls that ended within the last CALLS_WINDOW_S."""
+    while provider.outcomes and provider.outcomes[0][0] < now - CALLS_WINDOW_S:
+        provider.outcomes.popleft()
+    return sum(1 for _, failed in provider.outcomes if failed), len(provider.outcomes)
+
+
+def _failing(provider: _Provider, now: float) -> bool:
+    failed, ended = _failed_share(provider, now)
+    return ended >= FAILING_MIN_ANSWERS and failed > FAILING_SHARE * ended
 
 
 def _forget_calls_before(calls: deque, since: float) -> int:

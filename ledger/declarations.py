@@ -14,6 +14,14 @@ exists). Each table under `actions` declares one action:
     runbook_url = "https://wiki.example.com/charges"
     check_by_hand = "Search the dashboard for the job's key"  # shown beside the decision
     replay = "approval"                            # "automatic" (reversible actions only) or "approval"
+    provider = "charges"                           # its name in the provider budget (circuit, pace)
+    retry_backoff = 2                              # seconds before the 2nd attempt, doubled each time...
+    retry_backoff_max = 300                        # ...up to this (jittered; an open circuit waits longer)
+    nothing_done = [{ status = [503], says = "nothing was done" }]  # answers proving no effect
+
+A 5xx is unknown (the effect may have happened) unless the action declares, in `nothing_done`,
+the answers its provider documents as proof that nothing was done: a 5xx of those statuses whose
+error text says those words is then a failure, retried after the backoff.
 
 A webhook reconciler is an endpoint of the team's own that Reckon asks, signed (https, or http://
 to a loopback host or one named in RECKON_WEBHOOK_HTTP_HOSTS):
@@ -53,7 +61,16 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ledger.actions import Action, PullReconciler, Webhook, declared_action, register, registered_actions
+from ledger.actions import (
+    Action,
+    NothingDone,
+    PullReconciler,
+    RetryBackoff,
+    Webhook,
+    declared_action,
+    register,
+    registered_actions,
+)
 
 # key -> (expected types, required)
 KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -71,6 +88,10 @@ KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "webhook_secrets": ((list,), False),
     "webhook_timeout": ((int, float), False),
     "reconciliation_lease": ((int, float), False),
+    "provider": ((str,), False),
+    "retry_backoff": ((int, float), False),
+    "retry_backoff_max": ((int, float), False),
+    "nothing_done": ((list,), False),
 }
 WEBHOOK_KEYS = ("webhook_url", "webhook_secrets", "webhook_timeout")
 # A signing secret shorter than this is refused (HMAC-SHA256 wants at least 128 bits of it).
@@ -164,11 +185,34 @@ def parse_action(name: str, table, *, source: str) -> Action:
     runbook_url = table.get("runbook_url", "")
     if runbook_url and not runbook_url.startswith(("https://", "http://")):
         raise refuse(f"runbook_url must be an http(s) URL, got {runbook_url!r}")
+    try:
+        backoff = RetryBackoff(float(table.get("retry_backoff", RetryBackoff.base_s)),
+                               float(table.get("retry_backoff_max", RetryBackoff.cap_s)))
+    except ValueError as exc:
+        raise refuse(f"retry_backoff and retry_backoff_max: {exc}") from None
     return Action(
         name=name, executor=executor, reversible=reversible, queryable=queryable, max_attempts=max_attempts,
         lease_ttl=timedelta(seconds=lease_ttl), reconciler=reconciler, identity=tuple(identity),
         runbook_url=runbook_url, check_by_hand=table.get("check_by_hand", "").strip(), source=source,
+        provider=table.get("provider", "").strip(), retry_backoff=backoff,
+        nothing_done=_nothing_done(table.get("nothing_done", []), refuse),
     )
+
+
+def _nothing_done(entries: list, refuse: Callable[[str], Exception]) -> tuple[NothingDone, ...]:
+    answers = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != {"status", "says"}:
+            raise refuse('each nothing_done entry is a table { status = [503], says = "nothing was done" }')
+        statuses, says = entry["status"], entry["says"]
+        if not isinstance(statuses, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in statuses) \
+                or not isinstance(says, str):
+            raise refuse("nothing_done: status is a list of 5xx codes and says a string")
+        try:
+            answers.append(NothingDone(tuple(statuses), says))
+        except ValueError as exc:
+            raise refuse(f"nothing_done: {exc}") from None
+    return tuple(answers)
 
 
 def _executor(value: str, refuse: Callable[[str], Exception]):

@@ -76,6 +76,9 @@ class Job(models.Model):
     claims_refused = models.PositiveBigIntegerField(default=0, db_default=0)
     # Held back by the dead-man gate (irreversible work while sweeper/reconciler are stale).
     gated_at = models.DateTimeField(null=True, blank=True)
+    # A retryable failure's next attempt waits until then (the action's backoff, or its provider's
+    # open circuit): the sweeper dispatches it when the time comes (ledger.services.sweeper).
+    retry_at = models.DateTimeField(null=True, blank=True)
     # The operator who said "I'm on it" and since when (`ledger.services.ownership`); "" when nobody.
     holder = models.CharField(max_length=150, blank=True, default="", db_default="")
     held_since = models.DateTimeField(null=True, blank=True)
@@ -98,6 +101,7 @@ class Job(models.Model):
                 condition=Q(status__in=[s.value for s in UNKNOWN_WORK]),
             ),
             models.Index(fields=["gated_at"], name="job_gated", condition=Q(gated_at__isnull=False)),
+            models.Index(fields=["retry_at"], name="job_retry_at", condition=Q(retry_at__isnull=False)),
             # A scoped claim's candidates (ledger.stepsql.CLAIMABLE), oldest first for each tenant,
             # action, or both, so that a claim never walks the older jobs of another tenant or action.
             # Only claimable jobs are in them: a job enters when enqueued (or pending again) and
@@ -266,6 +270,23 @@ class PassRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.completed_at}"
+
+
+class LoopBeat(models.Model):
+    """A running `--loop` process (the reconciler's, the sweeper's) on one host: when it last
+    completed a pass. Written by the loop itself (ledger.loops), removed when it stops cleanly, so a
+    row that stops beating is a process stopped, stuck or killed: the stalled-loop alert reads it.
+    PassRecord cannot tell: any process's pass (the qcluster's once a minute) renews it."""
+
+    name = models.CharField(max_length=300, primary_key=True)  # "reconciler@host"
+    loop = models.CharField(max_length=32)  # "reconciler", "sweeper"
+    process = models.CharField(max_length=200)  # host:pid of the process beating now
+    interval_s = models.FloatField()
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.beat_at}"
 
 
 class JobSearchText(models.Model):

@@ -16,6 +16,7 @@ from django.db import connection
 
 from ledger import endpoints, hooks, rewind, services
 from ledger.actions import Failed, Outcome, Succeeded, Unknown, get_action
+from ledger.budget import BUDGET
 from ledger.faults import fault_point
 from ledger.models import Job
 
@@ -90,6 +91,12 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         except Exception as exc:  # nothing was sent: try again when the configuration can be read
             services.record_failure(lease=lease, error=f"could not say where the effect goes: {exc}", retryable=True)
             return "failed"
+        if action.provider and (wait := BUDGET.circuit_wait(action.provider)) is not None:
+            # Its circuit is open: no call would leave, so no attempt is spent on one.
+            services.hold_for_provider(lease=lease, provider=action.provider, retry_in=wait,
+                                       reason="its circuit is open")
+            return "held:circuit"
+        probe = bool(action.provider) and BUDGET.would_probe(action.provider)
         fault_point("before_call", job_id)
         services.begin_side_effect(lease=lease, sent_to=sent_to)
         renew_every = max(action.lease_ttl.total_seconds() / 3, 0.05)
@@ -98,7 +105,7 @@ def run_job(job_id: str, *, worker: str | None = None) -> str:
         hooks.provider_called()  # what this call taught the provider's budget, for the console
         if isinstance(outcome, Succeeded):
             fault_point("after_provider_success", job_id)
-        result = _record(keeper.lease, outcome)
+        result = _record(keeper.lease, outcome, probe=probe)
         fault_point("after_local_write", job_id)
         return result
     except services.StaleLease as stale:
@@ -119,13 +126,14 @@ def _call(executor, job: Job) -> Outcome:
     return outcome
 
 
-def _record(lease: services.Lease, outcome: Outcome) -> str:
+def _record(lease: services.Lease, outcome: Outcome, *, probe: bool = False) -> str:
     if isinstance(outcome, Succeeded):
         services.record_success(lease=lease, result_ref=outcome.result_ref, evidence=outcome.evidence)
         return "succeeded"
     if isinstance(outcome, Failed):
         services.record_failure(
-            lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence
+            lease=lease, error=outcome.error, retryable=outcome.retryable, evidence=outcome.evidence,
+            retry_in=outcome.retry_in, probe=probe,
         )
         return "failed"
     services.record_unknown(lease=lease, reason=outcome.reason, evidence=outcome.evidence)

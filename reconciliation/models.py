@@ -47,6 +47,7 @@ class ProviderState(models.Model):
         OK = "ok"
         THROTTLED = "throttled"
         OPEN = "open"
+        FAILING = "failing"  # the circuit is closed, but most of the last minute's calls failed
 
     provider = models.CharField(max_length=200)
     process = models.CharField(max_length=200)  # host:pid
@@ -62,7 +63,8 @@ class ProviderState(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["provider", "process"], name="provider_state_one_per_process"),
-            models.CheckConstraint(condition=Q(state__in=["ok", "throttled", "open"]), name="provider_state_valid"),
+            models.CheckConstraint(condition=Q(state__in=["ok", "throttled", "open", "failing"]),
+                                   name="provider_state_valid"),
         ]
 
     def __str__(self) -> str:

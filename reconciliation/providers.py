@@ -55,7 +55,7 @@ def publish(*, force: bool = False) -> bool:
     return True
 
 
-ORDER = {"open": 0, "throttled": 1, "ok": 2}
+ORDER = {"open": 0, "failing": 1, "throttled": 2, "ok": 3}
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ RECKON_ACTION_MODULES; a deployment names its own modules instead.
 
 Every call carries the job's idempotency key and its marker (the same string), so the effect
 can be found later by key or by marker. Classification is honest: 2xx -> Succeeded; a 4xx or
-a connection refused before sending -> Failed (nothing happened); a 5xx, a timeout or a
-dropped response -> Unknown (it may have happened). SMTP draws its own line (`ledger.smtp`).
+a connection refused before sending -> Failed (nothing happened); a timeout or a dropped response
+-> Unknown (it may have happened); a 5xx -> Unknown, unless the action declares that answer as
+proof that nothing was done (`nothing_done`: the vault's "503 ... nothing was done" and "500 ...
+rolled back; nothing was done") -> Failed, retried. SMTP draws its own line (`ledger.smtp`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,17 @@ from urllib.parse import quote
 from django.conf import settings
 
 from ledger import smtp
-from ledger.actions import Action, Failed, Outcome, Succeeded, Unknown, action, register
+from ledger.actions import (
+    Action,
+    Failed,
+    NothingDone,
+    Outcome,
+    Succeeded,
+    Unknown,
+    action,
+    get_action,
+    register,
+)
 from ledger.models import Job
 from ledger.providers import NoAnswer, NotSent, Reply, call
 
@@ -46,21 +58,30 @@ def _send(
         reply = call(method, url, body=body, headers={**_headers(job), **(headers or {})}, fault_job=job.job_id,
                      provider=provider)
     except NotSent as exc:
-        return Failed(error=str(exc), retryable=True, evidence={"sent": False})
+        return Failed(error=str(exc), retryable=True, evidence={"sent": False}, retry_in=getattr(exc, "retry_in", None))
     except NoAnswer as exc:
         return Unknown(reason=str(exc), evidence={"sent": True})
-    return classify(reply, result_field=result_field)
+    return classify(reply, result_field=result_field, declared=get_action(job.action))
 
 
-def classify(reply: Reply, *, result_field: str) -> Outcome:
+def classify(reply: Reply, *, result_field: str, declared: Action | None = None) -> Outcome:
     evidence = {"status": reply.status, "body": reply.body}
     if reply.ok:
         return Succeeded(result_ref=str(reply.body.get(result_field, "")), evidence=evidence)
     if reply.status == 429:
-        return Failed(error=f"429 rate limited: {reply.error}", retryable=True, evidence=evidence)
+        return Failed(error=f"429 rate limited: {reply.error}", retryable=True, evidence=evidence,
+                      retry_in=reply.retry_after)
     if 400 <= reply.status < 500:
         return Failed(error=f"{reply.status}: {reply.error}", evidence=evidence)
+    if declared is not None and declared.proves_nothing_done(reply.status, reply.error):
+        return Failed(error=f"{reply.status}: {reply.error} (this answer proves nothing was done, as the action "
+                            "declares)", retryable=True, evidence={**evidence, "nothing_done": True})
     return Unknown(reason=f"{reply.status} from provider: {reply.error}", evidence=evidence)
+
+
+# The sandbox's answers that say the work was not done (sandbox/api.py): a 503 before any work, a
+# 500 after the work was rolled back.
+SANDBOX_NOTHING_DONE = (NothingDone((500, 503), "nothing was done"),)
 
 
 def _provider_at(setting: str):
@@ -73,7 +94,7 @@ def smtp_server(job: Job) -> str:
 
 
 @action("billing.create_invoice", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.invoice",
-        sent_to=_provider_at("RECKON_BILLING_URL"))
+        sent_to=_provider_at("RECKON_BILLING_URL"), provider="billing")
 def create_invoice(job: Job) -> Outcome:
     p = job.payload
     body = {
@@ -87,7 +108,7 @@ def create_invoice(job: Job) -> Outcome:
 
 
 @action("mail.send", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.mail",
-        sent_to=_provider_at("RECKON_MAIL_URL"))
+        sent_to=_provider_at("RECKON_MAIL_URL"), provider="mail")
 def send_mail(job: Job) -> Outcome:
     p = job.payload
     body = {"to": p.get("to"), "subject": p.get("subject", ""), "body": p.get("body", "")}
@@ -116,7 +137,7 @@ def observe_profile(job: Job) -> dict:
 
 
 @action("social.publish_post", queryable=True, lease_ttl=LEASE_TTL, reconciler="sandbox.reconcilers.post",
-        observe_identity=observe_profile, sent_to=_provider_at("RECKON_PUBLISH_URL"),
+        observe_identity=observe_profile, sent_to=_provider_at("RECKON_PUBLISH_URL"), provider="publish",
         check_by_hand=(
             "Log into the profile named in the job's identity binding and check which account it shows; fix the "
             "login if it is not the bound account, then re-check identity and replay.\n"
@@ -140,6 +161,7 @@ def publish_post(job: Job) -> Outcome:
 
 
 @action("vault.rotate_credential", reversible=False, lease_ttl=LEASE_TTL, sent_to=_provider_at("RECKON_VAULT_URL"),
+        provider="vault", nothing_done=SANDBOX_NOTHING_DONE,
         runbook_url="https://wiki.example.com/runbooks/vault-rotation",
         check_by_hand="Open the vault's audit log for the credential named in the payload: a rotation at the "
                       "attempt's time means the effect happened (confirm); none means mark not found.")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from alerts.conditions import CHECKS, Reading
-from alerts.evaluate import TITLES
+from alerts.evaluate import TITLES, channels_configured, silence_text, silences_in_force
 from alerts.models import AlertEvent, AlertState
 from console.access import TenantFence
 
@@ -36,6 +36,17 @@ class AlertRow:
         until = self.state.silenced_until if self.state else None
         return until if until and until > timezone.now() else None
 
+    @property
+    def notifications(self) -> str:
+        """What the channels were told of this alert, in words: 'sent', 'due' or why nothing goes."""
+        if self.silenced_until:
+            return "silenced"
+        if not channels_configured():
+            return "no_channel"
+        if self.state and self.state.told_firing == self.reading.firing and self.state.notified_at:
+            return "sent"
+        return "due"
+
 
 def alert_rows(fence: TenantFence) -> list[AlertRow]:
     states = {state.condition: state for state in AlertState.objects.all()}
@@ -49,6 +60,12 @@ def alert_rows(fence: TenantFence) -> list[AlertRow]:
 def firing_titles() -> list[str]:
     """The titles of the conditions the last evaluation found firing (the overview's line)."""
     return [TITLES[state.condition] for state in AlertState.objects.filter(firing=True).order_by("condition")]
+
+
+def silences() -> list[str]:
+    """Each silence in force, in a sentence naming who set it, why and until when (the alerts page
+    and the overview, where the next shift starts, say them)."""
+    return [silence_text(state) for state in silences_in_force()]
 
 
 def alert_history() -> list[AlertEvent]:

@@ -10,6 +10,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from alerts.models import AlertState
 from approvals.models import ApprovalRequest, ApprovalStatus
 from console.access import APPROVERS, TenantFence, fence_of, has_role
 from ledger import moments
@@ -30,6 +31,15 @@ def approvals_waiting(user) -> int | None:
         return None
     pending = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).exclude(requested_by=user)
     return fence_of(user).apply(pending).count()
+
+
+@register.simple_tag
+def alerts_firing(user) -> int | None:
+    """How many alerts the watch last found firing (the navigation's badge; the alerts page says
+    which), for anyone who reads the console; None when signed out."""
+    if not user.is_authenticated:
+        return None
+    return AlertState.objects.filter(firing=True).count()
 
 
 @register.filter

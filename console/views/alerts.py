@@ -4,9 +4,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from alerts import services
+from alerts.evaluate import channels_configured
 from console.access import OPERATORS, READERS, fence_of, has_role, role_required
 from console.forms import AlertActionForm
-from console.selectors.alerts import alert_history, alert_rows
+from console.selectors.alerts import alert_history, alert_rows, silences
 
 
 @require_GET
@@ -21,6 +22,8 @@ def alerts(request: HttpRequest) -> HttpResponse:
         # typed): only a reader of every tenant reads it.
         "history": alert_history() if fence.everything else None,
         "can_act": _may_act(request.user),
+        "silences": silences(),
+        "channels": channels_configured(),
         "form": AlertActionForm(),
     })
 
@@ -53,5 +56,6 @@ def act(request: HttpRequest, condition: str) -> HttpResponse:
         messages.error(request, str(refused))
     else:
         messages.success(request, "Acknowledged." if action == "acknowledge"
-                         else f"Silenced for {form.cleaned_data['hours']:g} h.")
+                         else f"Silenced for {form.cleaned_data['hours']:g} h, or until the alert resolves, whichever comes "
+                         "first.")
     return redirect("alerts")

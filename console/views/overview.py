@@ -3,8 +3,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from alerts.conditions import starting_up
 from console.access import READERS, fence_of, role_required
-from console.selectors.alerts import firing_titles
+from console.selectors.alerts import firing_titles, silences
 from console.selectors.charts import WINDOWS
 from console.selectors.overview import overview as overview_figures
 from console.selectors.overview_charts import overview_charts
@@ -14,7 +15,9 @@ from console.selectors.overview_charts import overview_charts
 @role_required(*READERS)
 def overview(request: HttpRequest) -> HttpResponse:
     fence = fence_of(request.user)
-    live = {"overview": overview_figures(fence), "alerts_firing": firing_titles()}
+    figures = overview_figures(fence)
+    live = {"overview": figures, "alerts_firing": firing_titles(), "silences": silences(),
+            "gate_starting": not figures.gate.open and starting_up(figures.gate)}
     if request.htmx:  # the live figures' refresh; the charts refresh on their own
         return render(request, "console/overview.html#overview-live", live)
     return render(request, "console/overview.html", {**live, "charts": overview_charts(_window(request), fence)})

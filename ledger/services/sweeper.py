@@ -23,10 +23,12 @@ class SweepResult:
     unknown: list[str] = field(default_factory=list)
     exhausted: list[str] = field(default_factory=list)
     redispatched: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # waited for their backoff or circuit: dispatched
 
     @property
     def total(self) -> int:
-        return len(self.reclaimed) + len(self.unknown) + len(self.exhausted) + len(self.redispatched)
+        return (len(self.reclaimed) + len(self.unknown) + len(self.exhausted) + len(self.redispatched)
+                + len(self.retried))
 
 
 def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> SweepResult:
@@ -42,6 +44,7 @@ def sweep_expired_leases(*, limit: int = 500, actor: str = "lease-sweeper") -> S
         outcome = sweep_expired_lease(job_id=job_id, actor=actor)
         if outcome:
             getattr(result, outcome).append(job_id)
+    result.retried = dispatch_due_retries(limit=limit, actor=actor)
     result.redispatched = redispatch_stranded_jobs(limit=limit, actor=actor)
     complete_pass("sweeper")  # a completed pass keeps the dead-man gate open
     return result
@@ -66,6 +69,34 @@ def sweep_expired_lease(*, job_id: str, actor: str = "lease-sweeper") -> str:
     return "exhausted" if next_attempt is None else "reclaimed"
 
 
+def dispatch_due_retries(*, limit: int = 500, actor: str = "lease-sweeper") -> list[str]:
+    """Jobs whose next attempt waited for its time (a retryable failure's backoff, an open circuit:
+    `Job.retry_at`) and whose time has come are handed to the workers."""
+    due = list(
+        Job.objects.filter(status=JobStatus.PENDING, retry_at__lte=ClockTimestamp())
+        .order_by("retry_at").values_list("job_id", flat=True)[:limit]
+    )
+    dispatched = []
+    for job_id in due:
+        with transaction.atomic():
+            job = lock_job(job_id=job_id, skip_locked=True)
+            if job is None or job.status != JobStatus.PENDING or job.retry_at is None or job.retry_at > job.db_now:
+                continue
+            if job.gated_at or job.recovery_pending:  # the gate or the recovery dispatches it when they let go
+                with Batch() as batch:
+                    batch.update_job(job, retry_at=None)
+                continue
+            attempt = latest_attempt(job)
+            with Batch() as batch:
+                batch.update_job(job, touch=True)
+                batch.record_unchanged(job, attempt, actor_type=ActorType.SYSTEM, actor=actor,
+                                       kind=EventKind.REDISPATCHED,
+                                       note=f"attempt {attempt.number} waited for its time: dispatched to the workers")
+                batch.dispatch_run(job)
+            dispatched.append(job_id)
+    return dispatched
+
+
 def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") -> list[str]:
     """Queued work whose delivery was lost (a task that failed while the database was down, a
     dispatch that never left a crashed process) is handed to the workers again.
@@ -79,14 +110,14 @@ def redispatch_stranded_jobs(*, limit: int = 500, actor: str = "lease-sweeper") 
     )
     candidates = list(
         Job.objects.filter(status=JobStatus.PENDING, updated_at__lt=stale, gated_at__isnull=True,
-                           recovery_pending=False)
+                           recovery_pending=False, retry_at__isnull=True)
         .order_by("updated_at").values_list("job_id", flat=True)[:limit]
     )
     redispatched = []
     for job_id in candidates:
         with transaction.atomic():
             job = lock_job(job_id=job_id, skip_locked=True)
-            if job is None or job.status != JobStatus.PENDING or job.gated_at or job.recovery_pending:
+            if job is None or job.status != JobStatus.PENDING or job.gated_at or job.recovery_pending or job.retry_at:
                 continue
             with Batch() as batch:
                 batch.update_job(job, touch=True)  # stranded again only after another threshold

@@ -191,6 +191,8 @@ class Batch:
         external actions are never queued: workers over HTTP claim them (`claim_next_job`), woken
         by the notification every dispatched job sends (`notify_claimable`)."""
         self._claimable.add((job.tenant, job.action))
+        if getattr(job, "retry_at", None) is not None:
+            self.update_job(job, retry_at=None)  # dispatched now: no longer waiting for its time
         action = declared_action(job.action)
         if action is not None and not action.external:
             self._dispatch.append(job.job_id)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
 from ledger import endpoints, fastpath
-from ledger.actions import get_action, policy_of
+from ledger.actions import declared_action, get_action, is_gateway_action, policy_of
 from ledger.gate import Gate, gate_status
 from ledger.models import Attempt, Job, LedgerEvent
 from ledger.moments import kept_time
@@ -379,9 +379,16 @@ def record_success(*, lease: Lease, result_ref: str = "", evidence: dict | None 
 
 
 def record_failure(
-    *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None
+    *, lease: Lease, error: str, retryable: bool = False, evidence: dict | None = None,
+    retry_in: float | None = None, probe: bool = False,
 ) -> Attempt:
-    """A definitive refusal: the provider proved that nothing happened."""
+    """A definitive refusal: the provider proved that nothing happened. A retryable one queues the
+    next attempt to start after the action's backoff, and at least `retry_in` seconds (what the
+    provider asked for, or what its open circuit holds): the sweeper dispatches it then.
+
+    `probe`: the call was its provider's circuit probe (the one call a cool-down lets through to
+    see whether the provider is back). It failed retryably because the provider is still down, not
+    because of this job: it is not counted against the job's attempts."""
 
     def fail(job: Job, attempt: Attempt) -> None:
         submitted = attempt.side_effect_state == SideEffect.SUBMITTED
@@ -393,9 +400,51 @@ def record_failure(
                 error=error, note=error, evidence={**(evidence or {}), "retryable": retryable},
             )
             if retryable:
-                batch.open_next_attempt(job, attempt, **_by(lease))
+                delay, why = retry_delay(job, attempt.number, retry_in)
+                note = (f"attempt {attempt.number + 1} queued with the same key; it starts in {delay:.1f} s ({why})"
+                        if delay > 0 else "")
+                if probe:
+                    note = (f"{note or f'attempt {attempt.number + 1} queued with the same key'}; attempt "
+                            f"{attempt.number} was the provider's circuit probe: not counted against the attempts")
+                opened = batch.open_next_attempt(job, attempt, **_by(lease), dispatch=delay <= 0, note=note,
+                                                 one_more=probe)
+                if opened is not None and delay > 0:
+                    batch.update_job(job, retry_at=job.db_now + timedelta(seconds=delay))
 
     return _while_held(lease, "record_failure", fail, evidence=evidence)[0]
+
+
+def retry_delay(job: Job, failed_attempt: int, retry_in: float | None) -> tuple[float, str]:
+    """Seconds before the attempt after `failed_attempt`, and why: the action's backoff (exponential,
+    jittered), or what the provider asked for or its circuit holds, whichever is longer. Only for
+    the work Reckon dispatches to its workers: workers over HTTP claim what is queued, and the MCP
+    gateway's next identical call is the agent's own retry (0: queued at once, as before)."""
+    declared = declared_action(job.action)
+    if declared is None or declared.external or is_gateway_action(job.action):
+        return 0.0, "not dispatched by Reckon"
+    backoff = declared.retry_backoff.delay_after(failed_attempt, seed=job.idempotency_key)
+    if retry_in is not None and retry_in > backoff:
+        return retry_in, f"the provider is not taking calls for {retry_in:.1f} s"
+    return backoff, f"backoff after attempt {failed_attempt}"
+
+
+def hold_for_provider(*, lease: Lease, provider: str, retry_in: float, reason: str) -> Attempt:
+    """The provider's circuit is open: hand the attempt back before its side effect, not spent, to
+    start again when the circuit lets a call through (the sweeper dispatches it then)."""
+
+    def hold(job: Job, attempt: Attempt) -> None:
+        if attempt.side_effect_state != SideEffect.NOT_ATTEMPTED:
+            raise LedgerError(f"attempt {attempt.number}: side effect already {attempt.side_effect_state}")
+        until = job.db_now + timedelta(seconds=retry_in)
+        note = (f"provider {provider} is not taking calls ({reason}): attempt {attempt.number} goes back to the "
+                f"queue, not spent, until {kept_time(until)}")
+        transition(job, attempt, **_by(lease), kind=EventKind.SIDE_EFFECT_HELD, job_status=JobStatus.PENDING,
+                   job_fields={"retry_at": until}, delivery_state=Delivery.QUEUED,
+                   execution_state=Execution.NOT_STARTED, lease_owner="", lease_token=None,
+                   lease_expires_at=None, note=note,
+                   evidence={"provider": provider, "retry_in_s": round(retry_in, 3), "released_token": lease.token})
+
+    return _while_held(lease, "hold_for_provider", hold, require_unexpired=True)[0]
 
 
 def record_unknown(*, lease: Lease, reason: str, evidence: dict | None = None) -> Attempt:

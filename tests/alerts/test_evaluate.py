@@ -7,10 +7,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from datetime import timedelta
 
 import pytest
 from django.core import mail
 from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+from django.utils import timezone
 
 from alerts.evaluate import evaluate_alerts
 from alerts.models import AlertState
@@ -97,8 +100,14 @@ def test_a_conflict_answer_alerts_until_a_person_resolves_it(channels, provider,
     assert (resolved.condition, resolved.firing) == ("reconciliation_conflict", False)
 
 
+def database_created_ago(seconds: float) -> None:
+    """As if the ledger's tables were created `seconds` ago (rolled back with the test)."""
+    MigrationRecorder.Migration.objects.filter(app="ledger").update(applied=timezone.now() - timedelta(seconds=seconds))
+
+
 def test_the_dead_man_gate_closing_alerts_and_reopening_resolves(channels, settings):
     settings.RECKON_GATE_BOUND_S = 60  # no loop has completed a pass yet: closed
+    database_created_ago(3600)  # not a fresh start: the loops should have run by now
     [fired] = evaluate_alerts()
     assert fired.condition == "gate_closed"
     assert "The dead-man gate is closed: the sweeper has not completed a pass yet" in channels.texts[0]

@@ -148,9 +148,9 @@ def test_every_page_links_the_alerts_page_and_marks_it_current_there(client, aud
     client.force_login(with_tenants(auditor))
     nav = re.compile(r'<nav aria-label="Console">(.*?)</nav>', re.DOTALL)
     [on_overview] = nav.findall(client.get("/").content.decode())
-    assert '<a href="/alerts/">Alerts</a>' in on_overview
+    assert '<a id="nav-alerts" href="/alerts/">Alerts</a>' in on_overview
     [on_alerts] = nav.findall(client.get("/alerts/").content.decode())
-    assert '<a href="/alerts/" aria-current="page">Alerts</a>' in on_alerts
+    assert '<a id="nav-alerts" href="/alerts/" aria-current="page">Alerts</a>' in on_alerts
 
 def test_the_alerts_parts_of_unknown_work_are_the_queues_tabs():
     """The alert counts old unknown work by the queue's tabs, read from the one vocabulary the queue

@@ -1,5 +1,7 @@
 import pytest
 
+from ledger import runtime
+from ledger.models import Job
 from tests.conftest import make_job
 from tests.console.conftest import htmx, make_operator_job, make_unknown_job
 
@@ -239,3 +241,14 @@ def test_it_shows_where_the_effect_was_sent_and_where_reconciliation_asked(clien
     assert (f"the reconciler asked {provider.url} but the effect was sent to "
             "https://billing.staging.example/acct_123, so it cannot tell" in queue)
     assert "point the reconciler at that provider" in queue
+
+
+def test_a_job_waiting_for_its_next_attempt_says_when_it_comes(client, operator, provider):
+    provider.request("PUT", "/_admin/faults", {"rates": {"error_5xx": 1.0}})  # the vault's "nothing was done"
+    make_job("rot-1", action="vault.rotate_credential", payload={"name": "db-primary"})
+    assert runtime.run_job("rot-1") == "failed"
+    job = Job.objects.get(job_id="rot-1")
+    client.force_login(operator)
+    page = client.get("/jobs/rot-1/").content.decode()
+    assert "data-retry-at>The next attempt comes at <time" in page and job.retry_at.isoformat()[:19] in page
+    assert "attempt 2 queued with the same key; it starts in" in page  # the timeline says why

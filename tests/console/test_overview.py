@@ -1,6 +1,7 @@
 import pytest
 
 from reconciliation import decisions
+from tests.alerts.test_evaluate import database_created_ago
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db
@@ -111,9 +112,19 @@ def test_a_closed_gate_shows_a_red_banner_with_the_reason_and_the_last_passes(cl
 
 
 def test_the_banner_is_in_the_refreshing_region(client, auditor, gate_on):
+    database_created_ago(3600)  # no loop has passed in an hour: not a first start
     client.force_login(auditor)
     html = client.get("/", HTTP_HX_REQUEST="true").content.decode()
     assert html.lstrip().startswith('<div id="overview-live"') and 'role="alert"' in html
+
+
+def test_a_fresh_database_says_it_is_starting_instead_of_a_red_banner(client, auditor, gate_on):
+    database_created_ago(5)  # the first start: the loops have not had time for a pass
+    client.force_login(auditor)
+    html = client.get("/").content.decode()
+    assert 'data-gate="starting">Reckon is starting' in html and "gate-banner" not in html
+    database_created_ago(31)  # past the bound with still no pass: a real stop
+    assert '<section class="gate-banner" role="alert"' in client.get("/").content.decode()
 
 
 @pytest.mark.parametrize("bound", [30, 0])

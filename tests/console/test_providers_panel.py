@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from ledger import runtime
+from ledger.budget import BUDGET
 from reconciliation import providers
 from reconciliation.models import ProviderState
 from tests.conftest import make_job
@@ -62,3 +63,23 @@ def test_a_process_silent_for_over_a_minute_adds_no_calls_but_is_still_listed(cl
     html = client.get("/").content.decode()
     assert _calls(html) == {"mail": ("ok", 40), "publish": ("ok", 0)}
     assert "none in the last minute" in html
+
+
+def test_a_provider_whose_calls_mostly_fail_is_shown_failing_though_its_circuit_stays_closed(
+        client, operator, provider, settings, publish_every_call):
+    settings.RECKON_PROVIDER_CIRCUIT_FAILURES = 100  # never four in a row here: the circuit stays closed
+    BUDGET.forget()
+    outcomes = []
+    for n in range(10):
+        # Nine answers of ten fail (a 503 that says nothing was done), one in ten succeeds.
+        provider.request("PUT", "/_admin/faults", {"rates": {"error_5xx": 0.0 if n % 10 == 9 else 1.0}})
+        make_job(f"i-{n}", action="billing.create_invoice", payload={**INVOICE, "customer": f"cus_{n}"})
+        outcomes.append(runtime.run_job(f"i-{n}"))
+    assert outcomes.count("succeeded") == 1
+    [line] = [row for row in BUDGET.snapshot() if row["provider"] == "billing"]
+    assert line["state"] == "failing" and line["open_for_s"] is None
+    client.force_login(operator)
+    html = client.get("/").content.decode()
+    assert _calls(html)["billing"][0] == "failing"
+    assert "9 of the last minute&#x27;s 10 calls failed; last: answered 503" in html \
+        or "9 of the last minute's 10 calls failed; last: answered 503" in html

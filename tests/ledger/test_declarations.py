@@ -65,6 +65,30 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     assert declared_action("test.charge") is charge
 
 
+def test_a_file_declares_the_answers_that_prove_nothing_was_done_and_the_backoff(declared):
+    [vault] = declared("""
+[actions."test.vault"]
+executor = "python:ledger.actions._echo"
+reversible = false
+provider = "vault"
+retry_backoff = 1.5
+retry_backoff_max = 60
+nothing_done = [{ status = [500, 503], says = "Nothing was done" }]
+""")
+    assert vault.provider == "vault" and (vault.retry_backoff.base_s, vault.retry_backoff.cap_s) == (1.5, 60.0)
+    assert vault.proves_nothing_done(503, "service unavailable; nothing was done")
+    assert vault.proves_nothing_done(500, "the work was rolled back; NOTHING WAS DONE")
+    assert not vault.proves_nothing_done(502, "nothing was done")  # a status it did not declare
+    assert not vault.proves_nothing_done(500, "internal error")  # the words it did not say
+    # Exponential, jittered between half and all of it, capped, and the same for the same job and attempt.
+    delays = [vault.retry_backoff.delay_after(n, seed="k") for n in range(1, 9)]
+    for n, delay in enumerate(delays, start=1):
+        ceiling = min(60.0, 1.5 * 2 ** (n - 1))
+        assert ceiling / 2 <= delay <= ceiling
+    assert delays == [vault.retry_backoff.delay_after(n, seed="k") for n in range(1, 9)]
+    assert len({vault.retry_backoff.delay_after(1, seed=f"job-{n}") for n in range(20)}) == 20  # jobs spread
+
+
 @pytest.mark.parametrize("table, message", [
     ('executor = "external"\nreversible = true\ncolour = "red"', "unknown key(s) colour"),
     ('executor = "external"', "reversible is required"),
@@ -100,6 +124,14 @@ def test_a_file_declares_external_and_python_actions_with_their_policy(declared)
     ('executor = "external"\nreversible = true\nidentity = ["a", "a"]', "identity must be a list of distinct"),
     ('executor = "external"\nreversible = true\nrunbook_url = "javascript:alert(1)"',
      "runbook_url must be an http(s) URL"),
+    ('executor = "external"\nreversible = true\nnothing_done = [{ status = [404], says = "gone" }]',
+     "nothing_done: nothing_done statuses must be 5xx codes"),
+    ('executor = "external"\nreversible = true\nnothing_done = [{ status = [503] }]',
+     "each nothing_done entry is a table"),
+    ('executor = "external"\nreversible = true\nnothing_done = [{ status = [503], says = " " }]',
+     "nothing_done needs the words the answer says"),
+    ('executor = "external"\nreversible = true\nretry_backoff = 10\nretry_backoff_max = 5',
+     "retry_backoff and retry_backoff_max: retry backoff: 0 <= base (10 s) <= cap (5 s)"),
 ])
 def test_a_bad_declaration_is_refused_naming_the_file_and_the_action(declared, table, message):
     with pytest.raises(DeclarationError) as refused:

@@ -1,5 +1,7 @@
 """A mixed workload under injected provider faults, through real qcluster workers and a real sandbox."""
 
+import sys
+
 import pytest
 from django.core.management import call_command
 
@@ -7,7 +9,7 @@ from ledger.invariants import find_violations
 from ledger.models import Job
 from sandbox.simulation import ACTIONS
 from tests.conftest import sandbox_env
-from tests.processes import qcluster, wait_for
+from tests.processes import ROOT, ManagedProcess, database_url_of_tests, qcluster, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -19,7 +21,11 @@ def test_every_job_settles_with_a_reason_and_no_key_has_two_effects(provider, se
     settings.RECKON_DISPATCH = True
     call_command("simulate", jobs=32, fault_rate=0.3, mismatch_rate=0.5, seed=7, prefix="e2e")
     assert "enqueued 32 jobs" in capsys.readouterr().out
-    with qcluster(workers=2, env=sandbox_env(provider)) as cluster:
+    # The sweeper's loop, as in a deployment: it dispatches the retries that waited for their backoff
+    # (the vault's "nothing was done" answers are retried, not handed to a person).
+    sweeper = ManagedProcess([sys.executable, str(ROOT / "manage.py"), "sweep_leases", "--loop", "--interval", "0.5"],
+                             env={"DATABASE_URL": database_url_of_tests(), **sandbox_env(provider)}, log_name="sweeper")
+    with qcluster(workers=2, env=sandbox_env(provider)) as cluster, sweeper:
         wait_for(lambda: set(Job.objects.filter(job_id__startswith="e2e-").values_list("status", flat=True)) <= SETTLED,
                  timeout=90, message="every job to settle")
     jobs = list(Job.objects.filter(job_id__startswith="e2e-"))

@@ -4,7 +4,7 @@ import pytest
 
 from ledger import runtime
 from ledger.actions import Failed, Succeeded, Unknown, get_action
-from ledger.models import Job
+from ledger.models import Attempt, Job
 from ledger.providers import Reply
 from sandbox.testing import free_port
 from tests.conftest import latest_attempt, make_job
@@ -85,6 +85,28 @@ def test_status_classification(status, kind):
     from sandbox.demo_actions import classify
 
     assert isinstance(classify(Reply(status, {"id": "x", "error": "e"}), result_field="id"), kind)
+
+
+@pytest.mark.parametrize("fault, status", [("error_5xx", 503), ("fail_before_commit", 500)])
+def test_the_vaults_answer_that_nothing_was_done_is_a_retryable_failure_not_unknown(provider, fault, status):
+    """The vault declares the sandbox's "503 ... nothing was done" and "500 ... rolled back; nothing
+    was done" as proof: the rotation did not happen, so no person and no approver is needed."""
+    _faults(provider, **{fault: 1.0})
+    make_job("rot-1", action="vault.rotate_credential", payload={"name": "db-primary"})
+    assert runtime.run_job("rot-1") == "failed"
+    first = Attempt.objects.get(job__job_id="rot-1", number=1)
+    assert (first.execution_state, first.side_effect_state) == ("failed", "not_found")
+    assert first.error.startswith(f"{status}: injected fault") and "proves nothing was done" in first.error
+    job = Job.objects.get(job_id="rot-1")
+    assert job.status == "pending" and job.retry_at is not None  # the next attempt waits for its backoff
+    assert latest_attempt("rot-1").number == 2
+    assert provider.effects(marker="vault.rotate_credential:rot-1")["count"] == 0
+
+
+def test_the_same_answer_from_a_provider_that_declares_nothing_is_unknown(provider):
+    _faults(provider, error_5xx=1.0)
+    make_job("inv-9", action="billing.create_invoice", payload=INVOICE)
+    assert runtime.run_job("inv-9") == "unknown"  # billing declares no such answer: it may have happened
 
 
 def _profile(sandbox, name, account, session="active"):

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from ledger.declarations import reconciler_problems
+from ledger.loops import beating
 from reconciliation.passes import reconcile_until_idle
 
 
@@ -26,18 +27,23 @@ class Command(BaseCommand):
         # This process signs every webhook question it asks and calls the MCP upstreams it looks up.
         if problems := reconciler_problems():
             raise CommandError("\n".join(problems))
-        if loop:
-            self.stdout.write(f"reconciling unknown work every {interval} s")
-        while True:
-            started = time.monotonic()
-            decisions = reconcile_until_idle(limit=limit)
-            for decision in decisions:
-                self.stdout.write(str(decision))
-            if decisions or not loop:
-                elapsed = time.monotonic() - started
-                rate = len(decisions) / elapsed if elapsed > 0 else 0.0
-                self.stdout.write(f"reconciled {len(decisions)} job(s) in {elapsed:.2f} s ({rate:.0f}/s)")
-            if not loop:
-                return
-            close_old_connections()
-            time.sleep(interval)  # the loop's pacing, not synchronisation
+        if not loop:
+            self._pass(limit, loop=False)
+            return
+        self.stdout.write(f"reconciling unknown work every {interval} s")
+        with beating("reconciler", interval=interval) as beat:
+            while True:
+                self._pass(limit, loop=True)
+                beat()  # this process's own pass: the stalled-loop alert watches it
+                close_old_connections()
+                time.sleep(interval)  # the loop's pacing, not synchronisation
+
+    def _pass(self, limit: int, *, loop: bool) -> None:
+        started = time.monotonic()
+        decisions = reconcile_until_idle(limit=limit)
+        for decision in decisions:
+            self.stdout.write(str(decision))
+        if decisions or not loop:
+            elapsed = time.monotonic() - started
+            rate = len(decisions) / elapsed if elapsed > 0 else 0.0
+            self.stdout.write(f"reconciled {len(decisions)} job(s) in {elapsed:.2f} s ({rate:.0f}/s)")
