@@ -22,6 +22,7 @@ urlpatterns = [
     path("jobs/<job_id:job_id>/comment/", comments.comment, name="job_comment"),
     path("jobs/<job_id:job_id>/", jobs.job_detail, name="job_detail"),
     path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/bulk/", approvals.bulk_decide, name="approvals_bulk"),
     path("approvals/<int:request_id>/decide/", approvals.decide, name="approval_decide"),
     path("alerts/", alerts.alerts, name="alerts"),
     path("alerts/<slug:condition>/act/", alerts.act, name="alert_act"),

@@ -57,7 +57,8 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
             # Asked again, by the server, with what it would apply to; nothing changes yet.
             selected = [f"{version}:{job_id}" for job_id, version in form.selected if job_id in visible]
             confirm = {"decision": decision, "label": REGISTRY[decision].label, "note": form.cleaned_data["note"],
-                       "selected": selected, "count": len(selected)}
+                       "evidence": form.cleaned_data["evidence"], "text": REGISTRY[decision].asks_in_bulk,
+                       "danger": REGISTRY[decision].danger, "selected": selected, "count": len(selected)}
             template = "console/queue.html#queue-table" if request.htmx else "console/queue.html"
             return render(request, template, _context(request, filters, confirm_bulk=confirm))
         for job_id, version in form.selected:
@@ -66,7 +67,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
                 continue
             try:
                 decisions.decide(decision, job_id=job_id, version=version, user=request.user,
-                                 note=form.cleaned_data["note"])
+                                 note=form.cleaned_data["note"], evidence=form.cleaned_data["evidence"])
             except decisions.StaleDecision as stale:
                 results.append(("warning", f"{job_id}: {stale}"))
             except LedgerError as refused:
@@ -107,6 +108,7 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
         "can_decide": can_decide,
         # The decisions this tab offers on many jobs at once (the registry's bulk ones for its statuses).
         "bulk_decisions": bulk_decisions(TABS[spec.tab][1]),
+        "bulk_takes_evidence": any(d.takes_evidence for d in bulk_decisions(TABS[spec.tab][1])),
     }
 
 
