@@ -19,7 +19,7 @@ from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
 from console.selectors.triage import attach_triage
 from ledger.models import Attempt, Job
-from ledger.states import QUEUE_TABS, UNKNOWN_WORK
+from ledger.states import QUEUE_TABS, UNKNOWN_WORK, JobStatus
 
 TABS = QUEUE_TABS  # the alerts link into these tabs too
 MAY_HAVE_SENT, FAILED = TABS["human"][1], TABS["failed"][1]
@@ -152,12 +152,24 @@ def queue_tab_of(job: Job) -> str:
     return next((key for key, (_, statuses) in TABS.items() if job.status in statuses), next(iter(TABS)))
 
 
-def next_in_queue(job: Job, fence: TenantFence) -> Job | None:
-    """The oldest other job in the tab this job belongs to (or the human tab, once it left the
-    queue): where "Next job in the queue" goes after a decision."""
-    statuses = next((s for _, s in TABS.values() if job.status in s), MAY_HAVE_SENT)
-    jobs = fence.jobs(Job.objects.filter(status__in=statuses)).exclude(pk=job.pk)
-    return jobs.order_by("created_at", "id").only("job_id").first()
+def nothing_to_do_for(*, operates: bool, approves: bool) -> tuple[str, ...]:
+    """The queue statuses where a viewer with these roles can decide nothing (skipped by "Next
+    job"): an approval request is an approver's, everything else an operator's."""
+    waiting = (JobStatus.AWAITING_APPROVAL.value,)
+    if operates == approves:  # both roles, or neither (a reader reads every row)
+        return ()
+    return waiting if operates else tuple(s for s in QUEUED_STATUSES if s not in waiting)
+
+
+def next_in_list(job: Job, spec: QueueFilter, fence: TenantFence, *, nothing_to_do: tuple[str, ...] = ()) -> Job | None:
+    """The row after `job` in the list `spec` describes (its tab, filters and order), skipping
+    jobs in `nothing_to_do` (statuses where the viewer can decide nothing): where "Next job" and
+    `]` go. The job itself may have left the list (it was just decided): its place stays."""
+    after = encode_time_cursor(job.created_at, job.pk)
+    jobs = in_queue_order(filtered_jobs(spec, fence), after, newest_first=spec.newest_first).exclude(pk=job.pk)
+    if nothing_to_do:
+        jobs = jobs.exclude(status__in=nothing_to_do)
+    return jobs.only("job_id").first()
 
 
 def attach_latest_attempts(jobs: list[Job]) -> None:

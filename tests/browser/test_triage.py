@@ -136,7 +136,7 @@ def test_an_unknown_job_is_resolved_by_keyboard_alone(live_server, browser, log_
     expect(page.locator("#decision-result")).to_be_focused()
     expect(page.locator("#decision-result .notice-success")).to_contain_text("Confirm effect: recorded.")
     page.keyboard.press("Tab")
-    expect(page.get_by_role("link", name="Next job in the queue →")).to_be_focused()
+    expect(page.get_by_role("link", name="Next job in the list →")).to_be_focused()
     page.screenshot(path=artifacts / "triage-keyboard-decided.png", full_page=True)
     page.keyboard.press("Enter")
     page.wait_for_url(f"{live_server.url}/jobs/vault-2/")
