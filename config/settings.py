@@ -341,6 +341,7 @@ RECKON_RECONCILE_CONCURRENCY = setting("RECKON_RECONCILE_CONCURRENCY", 4, Int, "
 RECKON_RECONCILE_CLAIM_TTL = setting("RECKON_RECONCILE_CLAIM_TTL", 60.0, Float, "A job a reconciler claimed is not due again for this many seconds: keep it longer than the slowest lookup.", group=RECONCILIATION)
 RECKON_RECONCILE_INTERVAL = setting("RECKON_RECONCILE_INTERVAL", 2.0, Float, "Seconds between passes of `reconcile --loop`.", group=RECONCILIATION)
 RECKON_APPROVAL_TTL_HOURS = setting("RECKON_APPROVAL_TTL_HOURS", 24.0, Float, "Hours an approval request for an irreversible replay stays open before it expires and the job goes back to an operator.", group=RECONCILIATION)
+RECKON_HOLD_MAX_HOURS = setting("RECKON_HOLD_MAX_HOURS", 10.0, Float, "Hours an \"I'm on it\" hold lasts: an older one ends by itself (a shift that ended without signing out). A hold also ends when its holder signs out. 0: only then.", group=RECONCILIATION)
 RECKON_RECOVERY_WINDOW_MINUTES = setting("RECKON_RECOVERY_WINDOW_MINUTES", 30, Int, "`recover` after a restore: how far back (minutes) work is held for a lookup.", group=RECONCILIATION)
 
 # -- Hardening: cookies, headers, limits, login throttling, the worker API and /metrics ---------

@@ -111,6 +111,8 @@ class DecisionForm(forms.Form):
 class HoldForm(forms.Form):
     hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release"),
                                       ("release_other", "Release their hold")])
+    # What the holder is doing: shown with their name in the queue and the panel.
+    reason = forms.CharField(required=False, max_length=500, validators=[reject_control_characters])
 
 
 class EvidenceField(forms.CharField):

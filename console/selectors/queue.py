@@ -17,9 +17,10 @@ from django.utils import timezone
 from alerts.conditions import bound_text
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
+from console.selectors.job import hold_reason_of
 from console.selectors.triage import attach_triage
-from ledger.models import Attempt, Job
-from ledger.states import QUEUE_TABS, UNKNOWN_WORK, JobStatus
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
 
 TABS = QUEUE_TABS  # the alerts link into these tabs too
 MAY_HAVE_SENT, FAILED = TABS["human"][1], TABS["failed"][1]
@@ -144,7 +145,24 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)
     attach_triage(page.rows)
+    attach_handover(page.rows)
     return page
+
+
+def attach_handover(jobs: list[Job]) -> None:
+    """Give each job `hold_reason` (what its holder said they are doing) and `last_comment` (the
+    latest comment event, or None): what the next shift reads in the row, in one query."""
+    latest = (
+        LedgerEvent.objects.filter(job_id__in=[job.pk for job in jobs],
+                                   kind__in=(EventKind.JOB_TAKEN, EventKind.JOB_COMMENTED))
+        .order_by("job_id", "kind", "-id").distinct("job_id", "kind")
+        .only("job_id", "kind", "actor", "note", "evidence", "at")
+    )
+    by_job: dict[tuple[int, str], LedgerEvent] = {(e.job_id, e.kind): e for e in latest}
+    for job in jobs:
+        taken = by_job.get((job.pk, EventKind.JOB_TAKEN))
+        job.hold_reason = hold_reason_of(taken) if job.holder and taken and taken.actor == job.holder else ""
+        job.last_comment = by_job.get((job.pk, EventKind.JOB_COMMENTED))
 
 
 def queue_tab_of(job: Job) -> str:

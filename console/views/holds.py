@@ -35,8 +35,9 @@ def hold(request: HttpRequest, job_id: str) -> HttpResponse:
                 release_job(job_id=job_id, actor=me, release_other=choice == "release_other")
                 notice = ("success", "Released: nobody is on this job now.")
             else:
-                take_job(job_id=job_id, holder=me, take_over=choice == "take_over")
-                notice = ("success", "You are on this job: colleagues see it in the queue.")
+                take_job(job_id=job_id, holder=me, take_over=choice == "take_over", note=form.cleaned_data["reason"])
+                notice = ("success", "You are on this job: colleagues see it in the queue"
+                                     + (", with what you are doing." if form.cleaned_data["reason"] else "."))
         except HeldByAnother as held:
             since = when(held.held_since, timezone.now())
             if choice == "release":  # a colleague's hold: asked first, as taking over is
