@@ -244,6 +244,19 @@ class AuditFilterForm(forms.Form):
         )
 
 
+class ShiftForm(forms.Form):
+    since = forms.DateTimeField(label="From", required=False,
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(label="Until", required=False,
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+    def range(self):
+        """(since, until) asked for; a field that does not validate is ignored (since: my sign-in)."""
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
+        return data.get("since"), data.get("until")
+
+
 SILENCE_HOURS = [(1, "1 hour"), (4, "4 hours"), (24, "24 hours")]
 
 
