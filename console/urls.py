@@ -2,7 +2,19 @@ from django.urls import path, register_converter
 from django.views.decorators.cache import cache_control
 
 from console.job_ids import JobIdConverter
-from console.views import alerts, approvals, audit, bulk_runs, comments, holds, jobs, overview, queue, search, shift
+from console.views import (
+    alerts,
+    approvals,
+    audit,
+    bulk_runs,
+    comments,
+    holds,
+    jobs,
+    overview,
+    queue,
+    search,
+    shift,
+)
 
 register_converter(JobIdConverter, "job_id")
 
