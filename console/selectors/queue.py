@@ -85,8 +85,14 @@ def tab_counts(counts: dict[str, int]) -> dict[str, int]:
     return {tab: sum(counts.get(s.value, 0) for s in statuses) for tab, (_, statuses) in TABS.items()}
 
 
+# Work that may have reached its provider: the unknown work without the blocked jobs, which sent
+# nothing (their identity check failed first). What the overview's "Unknown work" counts.
+MAY_HAVE_REACHED = tuple(s for s in UNKNOWN_WORK if s != JobStatus.BLOCKED)
+
+
 def oldest_unknown_at(fence: TenantFence) -> datetime | None:
-    jobs = fence.jobs(Job.objects.filter(status__in=UNKNOWN_WORK))
+    """The oldest job whose effect may have happened (blocked jobs sent nothing: not counted)."""
+    jobs = fence.jobs(Job.objects.filter(status__in=MAY_HAVE_REACHED))
     return jobs.aggregate(oldest=Min("created_at"))["oldest"]
 
 
