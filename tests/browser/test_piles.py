@@ -115,7 +115,7 @@ def test_next_goes_down_the_filtered_list_and_u_goes_back_to_it(live_server, bro
     _axe_at_both_widths(page, "job-from-a-filtered-list")
     page.locator("body").press("]")
     page.wait_for_url(re.compile(r"/jobs/vault-4/\?tab=human&tenant=acme$"))
-    expect(page.locator("[data-next-job]")).to_have_text("Nothing after this one in the list: back to the queue")
+    expect(page.locator("[data-next-job]")).to_have_text("End of the list: open the queue")
     page.locator("body").press("u")
     page.wait_for_url(re.compile(r"/queue/\?tab=human&tenant=acme$"))
     expect(page.get_by_label("Tenant")).to_have_value("acme")

@@ -41,7 +41,7 @@ def test_an_operator_goes_to_the_next_row_of_the_filtered_list_skipping_approval
     assert '<a href="/queue/?tab=human&amp;tenant=acme" data-back-to-queue' in html
     last = client.get(f"/jobs/vault-4/?{LIST}").content.decode()
     assert _next(last) == "/queue/?tab=human&amp;tenant=acme"
-    assert "Nothing after this one in the list: back to the queue" in last
+    assert "End of the list: open the queue" in last
 
 
 def test_an_approver_goes_to_the_next_request_and_the_order_is_kept(client, approver, human_tab):
