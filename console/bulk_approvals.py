@@ -34,11 +34,11 @@ def decide_requests(decision: str, *, request_ids: list[int], user, note: str, f
     if decision not in ("approve", "reject"):
         raise ValueError(f"{decision!r} is not an approval decision")
     service = getattr(approval_services, decision)
-    requests = {r.pk: r for r in fence.apply(ApprovalRequest.objects.select_related("job")).filter(pk__in=request_ids)}
-    comments = comments_by_job([r.job_id for r in requests.values()])
+    by_id = {r.pk: r for r in fence.apply(ApprovalRequest.objects.select_related("job")).filter(pk__in=request_ids)}
+    comments = comments_by_job([r.job_id for r in by_id.values()])
     outcomes = []
     for request_id in request_ids[:MOST]:
-        request = requests.get(request_id)
+        request = by_id.get(request_id)
         if request is None:  # outside the user's tenants it does not exist for them
             outcomes.append(Outcome(request_id, "", "error", f"no approval request {request_id}"))
             continue
