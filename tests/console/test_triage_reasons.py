@@ -79,8 +79,8 @@ def test_the_queue_stays_one_query_for_all_the_reasons(client, operator, django_
             services.claim_job(job_id=f"inv-{n}", worker="w2")
     client.force_login(operator)
     # session + user, roles, counts, one page of jobs, their latest attempts, their latest telling
-    # events, and how many jobs the filter matches ("Select all")
-    with django_assert_max_num_queries(8):
+    # events, their holds' reasons and last comments, and how many jobs the filter matches ("Select all")
+    with django_assert_max_num_queries(9):
         html = client.get("/queue/?tab=reconciling&size=100").content.decode()
     assert html.count("connection dropped after the request was sent") == 30  # not the refusal
 
