@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from alerts.tasks import evaluate_alerts, sample_history
 from approvals.tasks import expire_due_approvals
 from ledger.cluster import SCHEDULE_PREFIX
-from ledger.tasks import create_partitions_ahead, sweep_expired_leases
+from ledger.tasks import create_partitions_ahead, end_stale_holds, sweep_expired_leases
 from reconciliation.tasks import reconcile_until_idle
 
 PREFIX = SCHEDULE_PREFIX
@@ -43,6 +43,7 @@ SCHEDULES = (
     Every(expire_due_approvals),  # approval requests past their time: back to an operator
     Every(sample_history),  # what the overview's charts draw: levels sampled, events counted per hour
     Every(evaluate_alerts),  # notify when an alert condition starts or clears
+    Every(end_stale_holds),  # "I'm on it" holds older than RECKON_HOLD_MAX_HOURS end
     Every(create_partitions_ahead, minutes=60),  # the history's partitions, created ahead of time
 )
 

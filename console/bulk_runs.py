@@ -38,14 +38,17 @@ def matching(spec: QueueFilter, user):
     return filtered_jobs(spec, fence_of(user))
 
 
-def start_run(*, user, decision: str, note: str, filters: dict) -> BulkRun:
+def start_run(*, user, decision: str, note: str, filters: dict, evidence: str = "") -> BulkRun:
     """A run of `decision` over the jobs `filters` match now; nothing is decided yet."""
     if decision not in {d.name for d in bulk_decisions()}:
         raise LedgerError(f"{decision!r} is not a bulk decision")
     if not note.strip():
         raise LedgerError("a note is required: say why, for the audit trail")
+    if REGISTRY[decision].takes_evidence and not evidence.strip():
+        raise LedgerError(f"{REGISTRY[decision].label} on many jobs needs evidence: say what you saw")
     total = matching(QueueFilterForm(filters).spec(), user).count()
-    return BulkRun.objects.create(user=user, decision=decision, note=note.strip(), filters=filters, total=total)
+    return BulkRun.objects.create(user=user, decision=decision, note=note.strip(), filters=filters, total=total,
+                                  evidence=evidence.strip() if REGISTRY[decision].takes_evidence else "")
 
 
 def step_run(run_id: int) -> BulkRun:
@@ -87,7 +90,8 @@ def _decide(run: BulkRun, job, attempt) -> str | None:
     if attempt.updated_at > run.created_at:
         return "changed after you confirmed the run; left alone, look at it again"
     try:
-        decisions.decide(run.decision, job_id=job.job_id, version=attempt.version, user=run.user, note=run.note)
+        decisions.decide(run.decision, job_id=job.job_id, version=attempt.version, user=run.user, note=run.note,
+                         evidence=run.evidence)
     except LedgerError as refused:
         return str(refused)
     return None

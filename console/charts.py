@@ -40,6 +40,7 @@ class Mark:
     width: float = 0
     height: float = 0
     label_y: float = 0  # a direct label's height, moved clear of its neighbours
+    partial: bool = False  # the bucket in progress: its count so far
 
     @property
     def corner_x(self) -> float:  # a line's square marker is centred on the point
@@ -120,8 +121,9 @@ def age_ceiling(seconds: float) -> float:
     return next((top for top in AGE_TOPS if top >= seconds), math.ceil(seconds / 604800) * 604800)
 
 
-def _bucket_label(window: Window, start: datetime) -> str:
-    return start.strftime("%H:%M") if window.key in ("1h", "24h") else start.strftime("%a %d %H:%M")
+def _bucket_label(window: Window, start: datetime, partial: bool = False) -> str:
+    label = start.strftime("%H:%M") if window.key in ("1h", "24h") else start.strftime("%a %d %H:%M")
+    return f"{label} (so far)" if partial else label
 
 
 def _frame(chart: Chart, top: float, value_text: Callable[[float], str]) -> None:
@@ -152,14 +154,15 @@ def stacked_bars(key: str, title: str, window: Window, series: Series, styles: l
     step = PLOT_W / window.buckets
     for i, start in enumerate(series.starts):
         below = 0
+        partial = i == series.in_progress
         for style in styles:
             value = series.values[style.name][i]
             if value:
                 y = _y(below + value, top)
                 chart.bars.append(Mark(style.name, start, value, count_text(value), round(LEFT + i * step + 1, 2), y,
-                                       round(step - 2, 2), round(_y(below, top) - y, 2)))
+                                       round(step - 2, 2), round(_y(below, top) - y, 2), partial=partial))
             below += value
-        chart.rows.append((_bucket_label(window, start),
+        chart.rows.append((_bucket_label(window, start, partial),
                            [count_text(series.values[s.name][i]) for s in styles] + [count_text(totals[i])]))
     return chart
 
@@ -168,7 +171,10 @@ def lines(key: str, title: str, window: Window, series: Series, styles: list[Sty
           value_text: Callable[[float], str] = count_text, ceiling: Callable[[float], float] = count_ceiling) -> Chart:
     sampled = [v for s in styles for v in series.values[s.name] if v is not None]
     top = ceiling(max(sampled, default=0))
-    latest = {s.name: next((v for v in reversed(series.values[s.name]) if v is not None), None) for s in styles}
+    # The latest whole bucket: a count so far is not yet what its bucket will read.
+    whole = [i for i in range(window.buckets) if i != series.in_progress]
+    latest = {s.name: next((series.values[s.name][i] for i in reversed(whole) if series.values[s.name][i] is not None),
+                           None) for s in styles}
     now_text = "; ".join(f"{s.label} {value_text(latest[s.name])}" for s in styles if latest[s.name] is not None)
     chart = Chart("lines", key, title, f"{title}, {window.label}: " + (f"latest {now_text}." if now_text else "no samples."),
                   window, styles)
@@ -180,22 +186,29 @@ def lines(key: str, title: str, window: Window, series: Series, styles: list[Sty
         segment: list[str] = []
         for i, start in enumerate(series.starts):
             value = series.values[style.name][i]
-            if value is None:
+            if value is None or i == series.in_progress:
+                # A gap in the samples, or the bucket in progress: the line stops (a count so far is
+                # drawn as a hollow mark of its own, not as the line falling towards 0).
                 if segment:
                     line.segments.append(" ".join(segment))
                 segment = []
-                continue
-            mark = Mark(style.name, start, value, value_text(value), round(LEFT + (i + 0.5) * step, 2), _y(value, top))
-            segment.append(f"{mark.x},{mark.y}")
+                if value is None:
+                    continue
+            mark = Mark(style.name, start, value, value_text(value), round(LEFT + (i + 0.5) * step, 2), _y(value, top),
+                        partial=i == series.in_progress)
             line.points.append(mark)
+            if not mark.partial:
+                segment.append(f"{mark.x},{mark.y}")
         if segment:
             line.segments.append(" ".join(segment))
-        line.last = line.points[-1] if line.points else None
+        complete = [point for point in line.points if not point.partial]
+        line.last = complete[-1] if complete else None
         chart.lines.append(line)
     _separate_labels([line.last for line in chart.lines if line.last])
     for i, start in enumerate(series.starts):
         values = [series.values[s.name][i] for s in styles]
-        chart.rows.append((_bucket_label(window, start), ["—" if v is None else value_text(v) for v in values]))
+        chart.rows.append((_bucket_label(window, start, i == series.in_progress),
+                           ["—" if v is None else value_text(v) for v in values]))
     return chart
 
 

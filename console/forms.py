@@ -5,10 +5,11 @@ from __future__ import annotations
 from django import forms
 
 from console.job_ids import reject_control_characters
+from console.selectors.approvals import DISSENT, SORTS, ApprovalFilter
 from console.selectors.audit import AuditFilter
 from console.selectors.queue import TABS, QueueFilter
 from ledger.actions import registered_actions
-from reconciliation.registry import APPROVAL_DECISIONS, JOB_DECISIONS, bulk_decisions
+from reconciliation.registry import APPROVAL_DECISIONS, JOB_DECISIONS, REGISTRY, bulk_decisions
 
 # A corrected payload typed into the job page: as large as the API lets a payload be enqueued.
 PAYLOAD_MAX_CHARS = 64 * 1024
@@ -110,11 +111,35 @@ class DecisionForm(forms.Form):
 class HoldForm(forms.Form):
     hold = forms.ChoiceField(choices=[("take", "I'm on it"), ("take_over", "Take over"), ("release", "Release"),
                                       ("release_other", "Release their hold")])
+    # What the holder is doing: shown with their name in the queue and the panel.
+    reason = forms.CharField(required=False, max_length=500, validators=[reject_control_characters])
 
 
-class BulkDecisionForm(forms.Form):
+class EvidenceField(forms.CharField):
+    def __init__(self, **kwargs):
+        super().__init__(label="Evidence", max_length=2000, required=False,
+                         widget=forms.Textarea(attrs={"rows": 1}),
+                         help_text="What you saw, for confirm or not found (the provider's log line, a ticket).",
+                         **kwargs)
+
+
+class BulkEvidence:
+    """A decision that takes evidence, on many jobs at once, needs it: one sentence says what was
+    seen for every one of them (one at a time, the job page's note carries it)."""
+
+    def clean(self):
+        cleaned = super().clean()
+        decision = REGISTRY.get(cleaned.get("decision", ""))
+        if decision is not None and decision.takes_evidence and not (cleaned.get("evidence") or "").strip():
+            self.add_error("evidence", f"{decision.label} on many jobs needs evidence: say what you saw "
+                                       "for every one of them (the provider's log line, a ticket).")
+        return cleaned
+
+
+class BulkDecisionForm(BulkEvidence, forms.Form):
     decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
+    evidence = EvidenceField()
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, data=None, **kwargs):
@@ -131,11 +156,12 @@ class BulkDecisionForm(forms.Form):
         return super().clean()
 
 
-class BulkRunForm(forms.Form):
+class BulkRunForm(BulkEvidence, forms.Form):
     """The bulk form with "every job matching this filter" ticked: no selection, the filter."""
 
     decision = forms.ChoiceField(choices=_choices(bulk_decisions()))
     note = NoteField()
+    evidence = EvidenceField()
     # Cancelling every matching job is confirmed on a page of its own first.
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
@@ -143,6 +169,46 @@ class BulkRunForm(forms.Form):
 class ApprovalDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=_choices(APPROVAL_DECISIONS))
     note = NoteField()
+
+
+class ApprovalFilterForm(forms.Form):
+    action = forms.ChoiceField(required=False)
+    tenant = forms.CharField(required=False, max_length=100, validators=[reject_control_characters])
+    requested_by = forms.CharField(label="Requested by", required=False, max_length=200,
+                                   validators=[reject_control_characters])
+    q = forms.CharField(label="Job id", required=False, max_length=320, validators=[reject_control_characters])
+    dissent = forms.ChoiceField(label="Dissent", choices=list(DISSENT.items()), required=False)
+    sort = forms.ChoiceField(label="Order", choices=list(SORTS.items()), required=False)
+
+    FIELDS = ("action", "tenant", "requested_by", "q", "dissent", "sort")
+
+    def __init__(self, data=None, *, actions=(), **kwargs):
+        super().__init__(data, **kwargs)
+        asked = str((data or {}).get("action") or "")
+        self.fields["action"].choices = [("", "all actions")] + [(a, a) for a in sorted({*actions, *([asked] if asked else [])})]
+
+    def spec(self) -> ApprovalFilter:
+        """The filter to apply: a field that does not validate is ignored, not an error page."""
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
+        return ApprovalFilter(action=data.get("action") or "", tenant=(data.get("tenant") or "").strip(),
+                              requested_by=(data.get("requested_by") or "").strip(),
+                              search=(data.get("q") or "").strip(), dissent=data.get("dissent") or "",
+                              sort=data.get("sort") or "oldest")
+
+
+class BulkApprovalForm(forms.Form):
+    """Approve or reject the selected requests, or every one the filter matches (`scope`)."""
+
+    decision = forms.ChoiceField(choices=_choices(APPROVAL_DECISIONS))
+    note = NoteField()
+    scope = forms.ChoiceField(choices=[("selected", "selected"), ("filter", "every request matching")],
+                              required=False)
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.selected = [int(v) for v in (data.getlist("selected") if data is not None else []) if v.isdigit()]
 
 
 class AuditFilterForm(forms.Form):
@@ -176,6 +242,19 @@ class AuditFilterForm(forms.Form):
             before=data.get("before") or "",
             size=data.get("size") or 100,
         )
+
+
+class ShiftForm(forms.Form):
+    since = forms.DateTimeField(label="From", required=False,
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(label="Until", required=False,
+                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+    def range(self):
+        """(since, until) asked for; a field that does not validate is ignored (since: my sign-in)."""
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if name not in self.errors}
+        return data.get("since"), data.get("until")
 
 
 SILENCE_HOURS = [(1, "1 hour"), (4, "4 hours"), (24, "24 hours")]

@@ -79,6 +79,8 @@ class BulkRun(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bulk_runs")
     decision = models.CharField(max_length=32)
     note = models.TextField()
+    # What the person saw, for a decision that takes evidence (confirm, not found); "" for the others.
+    evidence = models.TextField(blank=True, default="")
     # The queue filter's fields (console.forms.QueueFilterForm), as its form posted them.
     filters = models.JSONField(default=dict)
     total = models.PositiveIntegerField(help_text="Jobs the filter matched when the run was confirmed.")

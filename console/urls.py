@@ -2,7 +2,19 @@ from django.urls import path, register_converter
 from django.views.decorators.cache import cache_control
 
 from console.job_ids import JobIdConverter
-from console.views import alerts, approvals, audit, bulk_runs, comments, holds, jobs, overview, queue, search
+from console.views import (
+    alerts,
+    approvals,
+    audit,
+    bulk_runs,
+    comments,
+    holds,
+    jobs,
+    overview,
+    queue,
+    search,
+    shift,
+)
 
 register_converter(JobIdConverter, "job_id")
 
@@ -22,9 +34,11 @@ urlpatterns = [
     path("jobs/<job_id:job_id>/comment/", comments.comment, name="job_comment"),
     path("jobs/<job_id:job_id>/", jobs.job_detail, name="job_detail"),
     path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/bulk/", approvals.bulk_decide, name="approvals_bulk"),
     path("approvals/<int:request_id>/decide/", approvals.decide, name="approval_decide"),
     path("alerts/", alerts.alerts, name="alerts"),
     path("alerts/<slug:condition>/act/", alerts.act, name="alert_act"),
+    path("shift/", shift.shift, name="shift"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),
     path("audit/admin-export.csv", audit.admin_audit_export, name="admin_audit_export"),

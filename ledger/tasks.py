@@ -11,6 +11,10 @@ def sweep_expired_leases() -> int:
     return services.sweep_expired_leases().total
 
 
+def end_stale_holds() -> int:
+    return services.end_stale_holds()
+
+
 def create_partitions_ahead() -> int:
     from ledger.partitions import ensure_ahead
 

@@ -174,31 +174,40 @@ def _why_not_for_failed(decision: str, job: Job, attempt: Attempt) -> str | None
     return None
 
 
-def confirm_effect(*, job_id: str, version: int, user, note: str) -> Attempt:
-    """The operator has evidence the effect happened: the attempt succeeded, never replayed."""
+def confirm_effect(*, job_id: str, version: int, user, note: str, evidence: str = "") -> Attempt:
+    """The operator has evidence the effect happened: the attempt succeeded, never replayed.
+    `evidence` (what they saw, e.g. the provider's effect log) goes into the event."""
     with _deciding("confirm_effect", job_id, version, user, note) as (batch, job, attempt, note):
         resolution.confirm(batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_CONFIRMED_EFFECT,
-                           note=note)
+                           note=note, evidence=_seen(evidence))
     return attempt
 
 
-def mark_not_found(*, job_id: str, version: int, user, note: str) -> Attempt:
+def mark_not_found(*, job_id: str, version: int, user, note: str, evidence: str = "") -> Attempt:
     """Nothing happened: replay with the same key, or for an irreversible action ask for approval."""
     with _deciding("mark_not_found", job_id, version, user, note) as (batch, job, attempt, note):
         resolution.not_found(
             batch, job, attempt, by=By.person(user), kind=EventKind.OPERATOR_MARKED_NOT_FOUND, note=note,
+            evidence=_seen(evidence),
             approval_reason=f"{user.get_username()} marked the effect not found: {note}",
-            approval_evidence=_operator_evidence(job, attempt, user, note),
+            approval_evidence=_operator_evidence(job, attempt, user, note, evidence),
         )
     return attempt
 
 
-def _operator_evidence(job, attempt, user, note: str) -> dict:
+def _seen(evidence: str) -> dict | None:
+    """A person's evidence as the event keeps it (None: they gave none)."""
+    evidence = evidence.strip() if isinstance(evidence, str) else ""
+    return {"operator_evidence": evidence} if evidence else None
+
+
+def _operator_evidence(job, attempt, user, note: str, evidence: str = "") -> dict:
     """What the approver should see: who said "not found", on what, and what the lookups said."""
     checks = ReconciliationCheck.objects.filter(job=job).order_by("-id")[:5]
     return {
         "marked_not_found_by": user.get_username(),
         "operator_note": note,
+        **(_seen(evidence) or {}),
         "attempt": attempt.number,
         "attempt_error": attempt.error,
         "reconciliation_checks": [
@@ -328,13 +337,17 @@ DECISIONS = {decision.name: _SERVICES[decision.name] for decision in registry.JO
 
 
 def decide(decision: str, *, job_id: str, version: int, user, note: str, despite_holder: bool = False,
-           payload=None) -> Attempt:
+           payload=None, evidence: str = "") -> Attempt:
     """The decision called `decision` (one of DECISIONS), as a form names it; `payload` is for a
-    decision that takes one (the registry's `takes_payload`). On a job another operator holds, it
-    is refused (HeldDecision) unless `despite_holder`."""
+    decision that takes one (the registry's `takes_payload`), `evidence` for one that takes
+    evidence (`takes_evidence`; ignored by the others). On a job another operator holds, it is
+    refused (HeldDecision) unless `despite_holder`."""
     if decision not in DECISIONS:
         raise DecisionRefused(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
-    extra = {"payload": payload} if registry.REGISTRY[decision].takes_payload else {}
+    declared = registry.REGISTRY[decision]
+    extra = {"payload": payload} if declared.takes_payload else {}
+    if declared.takes_evidence and evidence:
+        extra["evidence"] = evidence
     try:
         with transaction.atomic():
             if not despite_holder:

@@ -33,9 +33,18 @@ class Decision:
     bulk: bool = False  # offered on every selected job, or every job a queue filter matches
     statuses: tuple[str, ...] = ()  # the job statuses it is offered for (in bulk, on their tab)
     takes_payload: bool = False  # comes with a corrected payload
+    # Says what someone saw (a provider's log line, a ticket): on many jobs at once it is required.
+    takes_evidence: bool = False
+    # In bulk, the second step's text when `confirm` is empty (what a wrong "yes" would cost).
+    bulk_confirm: str = ""
     done: str = ""  # what it did, as the page says once it is recorded ("approved"); job decisions: "<label>: recorded"
     # The help text instead, for an irreversible action (a replay needs a second person).
     help_irreversible: str = ""
+
+    @property
+    def asks_in_bulk(self) -> str:
+        """The question asked before it applies to every job a filter matches ("" asks nothing)."""
+        return self.confirm or self.bulk_confirm
 
     def help_for(self, *, reversible: bool) -> str:
         return self.help if reversible or not self.help_irreversible else self.help_irreversible
@@ -59,16 +68,20 @@ JOB_DECISIONS = (
     ),
     Decision(
         "confirm_effect", "Confirm effect", key="c", role=OPERATORS, when="unknown jobs", statuses=SENT_MAYBE,
+        bulk=True, takes_evidence=True,
+        bulk_confirm="Each job succeeds and is never replayed: say only what the evidence shows for every one of them.",
         help="The effect happened: the job succeeds and is never replayed.",
     ),
     Decision(
         "mark_not_found", "Mark not found", key="n", role=OPERATORS, when="unknown jobs", statuses=SENT_MAYBE,
+        bulk=True, takes_evidence=True,
+        bulk_confirm="Each job is replayed with the same key (an irreversible one asks an approver first).",
         help="Nothing happened: the job is replayed with the same key.",
         help_irreversible=f"Nothing happened. {NEEDS_APPROVAL_FIRST}",
     ),
     Decision(
         "escalate", "Escalate", key="e", role=OPERATORS, when="unknown or blocked jobs",
-        statuses=(*SENT_MAYBE, JobStatus.BLOCKED),
+        statuses=(*SENT_MAYBE, JobStatus.BLOCKED), bulk=True,
         help="Hand the job to someone with more context; nothing automatic happens.",
     ),
     Decision(

@@ -32,6 +32,9 @@ class Workload:
     seed: int | None = None
     prefix: str = "sim"
     smtp: bool = False
+    # Set the sandbox's faults and profiles (the live demo does it on its first batch only, so that
+    # a fault a person injects, or a profile a person fixes, is not undone by the next batch).
+    configure: bool = True
     enqueued: list[str] = field(default_factory=list)
 
 
@@ -111,11 +114,13 @@ def job_spec(n: int, rng: random.Random, *, tenant: str, mismatch_rate: float,
 def run(workload: Workload) -> list[str]:
     rng = random.Random(workload.seed)  # nosec B311  # a seeded demo workload, reproducible on purpose; not security
     wait_for_provider()
-    configure_provider(fault_rate=workload.fault_rate, seed=workload.seed, tenants=workload.tenants)
+    if workload.configure:
+        configure_provider(fault_rate=workload.fault_rate, seed=workload.seed, tenants=workload.tenants)
     actions = ACTIONS
     if workload.smtp:
         wait_for_provider(url=settings.RECKON_SMTP_LOOKUP_URL)
-        configure_smtp(fault_rate=workload.fault_rate, seed=workload.seed)
+        if workload.configure:
+            configure_smtp(fault_rate=workload.fault_rate, seed=workload.seed)
         actions += (SMTP_ACTION,)
     tenants = _tenants(workload.tenants)
     for n in range(workload.jobs):

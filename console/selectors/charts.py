@@ -66,6 +66,9 @@ class Series:
 
     starts: list[datetime]
     values: dict[str, list[float | None]]
+    # The bucket that holds this moment, when its figure is a count so far (not yet the bucket's
+    # whole): drawn apart, as "so far", never read as a drop to the bucket's end.
+    in_progress: int | None = None
 
 
 def _bin(window: Window, start: datetime, field: str) -> DateBin:
@@ -108,7 +111,7 @@ def _series(window: Window, start: datetime, kinds: dict[str, str], rows) -> Ser
     for bucket, kind, n in rows:
         if bucket in index:  # an event stamped in the future (clock skew) is left out
             values[kinds[kind]][index[bucket]] = n
-    return Series(starts, values)
+    return Series(starts, values, in_progress=window.buckets - 1)
 
 
 def levels(window: Window, now: datetime | None = None) -> Series:

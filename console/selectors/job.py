@@ -49,6 +49,14 @@ class JobRecord:
         return triage(self.job, self.latest, telling)
 
     @property
+    def hold_reason(self) -> str:
+        """What the holder said they are doing, when they took the job ("" when they said nothing)."""
+        if not self.job.holder:
+            return ""
+        taken = next((e for e in reversed(self.events) if e.kind == EventKind.JOB_TAKEN), None)
+        return hold_reason_of(taken) if taken and taken.actor == self.job.holder else ""
+
+    @property
     def earlier_events(self) -> list[LedgerEvent]:
         """The history before the latest attempt opened: the job page folds it away."""
         if len(self.attempts) < 2:
@@ -118,3 +126,7 @@ def job_record(job_id: str, fence: TenantFence) -> JobRecord:
         ),
         first_broken_event=first_broken_event(job.pk),
     )
+
+
+def hold_reason_of(event: LedgerEvent) -> str:
+    return (event.evidence or {}).get("reason", "")

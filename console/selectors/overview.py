@@ -50,7 +50,13 @@ class Overview:
 
     @property
     def unknown_total(self) -> int:
-        return sum(self.unknown_by_status.values())
+        """Jobs whose effect may have happened; blocked jobs sent nothing and are counted apart."""
+        return sum(n for status, n in self.unknown_by_status.items() if status != JobStatus.BLOCKED)
+
+    @property
+    def may_have_reached(self) -> dict[str, int]:
+        """The unknown work by status, without the blocked jobs (the "Blocked, nothing sent" figure)."""
+        return {status: n for status, n in self.unknown_by_status.items() if status != JobStatus.BLOCKED}
 
     @property
     def jobs_total(self) -> int:

@@ -17,9 +17,10 @@ from django.utils import timezone
 from alerts.conditions import bound_text
 from console.access import TenantFence
 from console.pagination import Page, decode_time_cursor, encode_time_cursor, take_page
+from console.selectors.job import hold_reason_of
 from console.selectors.triage import attach_triage
-from ledger.models import Attempt, Job
-from ledger.states import QUEUE_TABS, UNKNOWN_WORK
+from ledger.models import Attempt, Job, LedgerEvent
+from ledger.states import QUEUE_TABS, UNKNOWN_WORK, EventKind, JobStatus
 
 TABS = QUEUE_TABS  # the alerts link into these tabs too
 MAY_HAVE_SENT, FAILED = TABS["human"][1], TABS["failed"][1]
@@ -84,8 +85,14 @@ def tab_counts(counts: dict[str, int]) -> dict[str, int]:
     return {tab: sum(counts.get(s.value, 0) for s in statuses) for tab, (_, statuses) in TABS.items()}
 
 
+# Work that may have reached its provider: the unknown work without the blocked jobs, which sent
+# nothing (their identity check failed first). What the overview's "Unknown work" counts.
+MAY_HAVE_REACHED = tuple(s for s in UNKNOWN_WORK if s != JobStatus.BLOCKED)
+
+
 def oldest_unknown_at(fence: TenantFence) -> datetime | None:
-    jobs = fence.jobs(Job.objects.filter(status__in=UNKNOWN_WORK))
+    """The oldest job whose effect may have happened (blocked jobs sent nothing: not counted)."""
+    jobs = fence.jobs(Job.objects.filter(status__in=MAY_HAVE_REACHED))
     return jobs.aggregate(oldest=Min("created_at"))["oldest"]
 
 
@@ -144,7 +151,24 @@ def queue_jobs(spec: QueueFilter, fence: TenantFence) -> Page:
     page = take_page(jobs, spec.size, lambda job: encode_time_cursor(job.created_at, job.pk))
     attach_latest_attempts(page.rows)
     attach_triage(page.rows)
+    attach_handover(page.rows)
     return page
+
+
+def attach_handover(jobs: list[Job]) -> None:
+    """Give each job `hold_reason` (what its holder said they are doing) and `last_comment` (the
+    latest comment event, or None): what the next shift reads in the row, in one query."""
+    latest = (
+        LedgerEvent.objects.filter(job_id__in=[job.pk for job in jobs],
+                                   kind__in=(EventKind.JOB_TAKEN, EventKind.JOB_COMMENTED))
+        .order_by("job_id", "kind", "-id").distinct("job_id", "kind")
+        .only("job_id", "kind", "actor", "note", "evidence", "at")
+    )
+    by_job: dict[tuple[int, str], LedgerEvent] = {(e.job_id, e.kind): e for e in latest}
+    for job in jobs:
+        taken = by_job.get((job.pk, EventKind.JOB_TAKEN))
+        job.hold_reason = hold_reason_of(taken) if job.holder and taken and taken.actor == job.holder else ""
+        job.last_comment = by_job.get((job.pk, EventKind.JOB_COMMENTED))
 
 
 def queue_tab_of(job: Job) -> str:
@@ -152,12 +176,24 @@ def queue_tab_of(job: Job) -> str:
     return next((key for key, (_, statuses) in TABS.items() if job.status in statuses), next(iter(TABS)))
 
 
-def next_in_queue(job: Job, fence: TenantFence) -> Job | None:
-    """The oldest other job in the tab this job belongs to (or the human tab, once it left the
-    queue): where "Next job in the queue" goes after a decision."""
-    statuses = next((s for _, s in TABS.values() if job.status in s), MAY_HAVE_SENT)
-    jobs = fence.jobs(Job.objects.filter(status__in=statuses)).exclude(pk=job.pk)
-    return jobs.order_by("created_at", "id").only("job_id").first()
+def nothing_to_do_for(*, operates: bool, approves: bool) -> tuple[str, ...]:
+    """The queue statuses where a viewer with these roles can decide nothing (skipped by "Next
+    job"): an approval request is an approver's, everything else an operator's."""
+    waiting = (JobStatus.AWAITING_APPROVAL.value,)
+    if operates == approves:  # both roles, or neither (a reader reads every row)
+        return ()
+    return waiting if operates else tuple(s for s in QUEUED_STATUSES if s not in waiting)
+
+
+def next_in_list(job: Job, spec: QueueFilter, fence: TenantFence, *, nothing_to_do: tuple[str, ...] = ()) -> Job | None:
+    """The row after `job` in the list `spec` describes (its tab, filters and order), skipping
+    jobs in `nothing_to_do` (statuses where the viewer can decide nothing): where "Next job" and
+    `]` go. The job itself may have left the list (it was just decided): its place stays."""
+    after = encode_time_cursor(job.created_at, job.pk)
+    jobs = in_queue_order(filtered_jobs(spec, fence), after, newest_first=spec.newest_first).exclude(pk=job.pk)
+    if nothing_to_do:
+        jobs = jobs.exclude(status__in=nothing_to_do)
+    return jobs.only("job_id").first()
 
 
 def attach_latest_attempts(jobs: list[Job]) -> None:

@@ -22,15 +22,17 @@ def start(request: HttpRequest, form: BulkRunForm, filters: dict) -> HttpRespons
     that asks first (the registry's `confirm`: cancel, close) asks on the page; once confirmed (or
     for one that takes nothing back, a retry) the run starts and the browser goes to its page."""
     decision, note = REGISTRY[form.cleaned_data["decision"]], form.cleaned_data["note"]
-    if decision.confirm and not form.cleaned_data["confirmed"]:
+    evidence = form.cleaned_data["evidence"]
+    if decision.asks_in_bulk and not form.cleaned_data["confirmed"]:
         spec = QueueFilterForm(filters).spec()
-        context = {"decision": decision.name, "label": decision.label, "confirm_text": decision.confirm,
-                   "note": note, "filters": filters,
+        context = {"decision": decision.name, "label": decision.label, "confirm_text": decision.asks_in_bulk,
+                   "note": note, "evidence": evidence, "filters": filters, "danger": decision.danger,
                    "matching": bulk_runs.matching(spec, request.user).count(),
                    "queue_url": _queue_url(filters)}
         template = "console/bulk_run.html#bulk-confirm" if request.htmx else "console/bulk_run.html"
         return render(request, template, context)
-    run = bulk_runs.start_run(user=request.user, decision=decision.name, note=note, filters=filters)
+    run = bulk_runs.start_run(user=request.user, decision=decision.name, note=note, filters=filters,
+                              evidence=evidence)
     url = reverse("bulk_run", args=[run.pk])
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 

@@ -1,11 +1,10 @@
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from console.access import APPROVERS, OPERATORS, has_role, role_required, visible_jobs
-from console.views.jobs import _context
+from console.views.jobs import _context, job_url
 from ledger.services import CommentRefused, comment_on_job
 from ledger.states import ActorType
 
@@ -27,7 +26,7 @@ def comment(request: HttpRequest, job_id: str) -> HttpResponse:
                           status=400)
         return render(request, "console/job_detail.html#comment-form", {**_context(request, job_id), **comment_state})
     if not request.htmx:
-        return redirect(reverse("job_detail", args=[job_id]) + f"#event-{event.pk}")
+        return redirect(job_url(job_id, request.GET) + f"#event-{event.pk}")
     context = {**_context(request, job_id), "comment_notice": ("success", "Comment added to the job's history."),
                "oob": True}
     html = render_to_string("console/job_detail.html#comment-form", context, request)

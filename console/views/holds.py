@@ -12,6 +12,7 @@ from django_htmx.http import trigger_client_event
 from console.access import OPERATORS, role_required, visible_jobs
 from console.forms import HoldForm
 from console.views.jobs import _context as job_page_context  # the panel shows what the job page shows
+from console.views.jobs import job_url
 from console.views.queue import QUEUE_CHANGED
 from ledger.moments import when
 from ledger.services import HeldByAnother, LedgerError, release_job, take_job
@@ -34,8 +35,9 @@ def hold(request: HttpRequest, job_id: str) -> HttpResponse:
                 release_job(job_id=job_id, actor=me, release_other=choice == "release_other")
                 notice = ("success", "Released: nobody is on this job now.")
             else:
-                take_job(job_id=job_id, holder=me, take_over=choice == "take_over")
-                notice = ("success", "You are on this job: colleagues see it in the queue.")
+                take_job(job_id=job_id, holder=me, take_over=choice == "take_over", note=form.cleaned_data["reason"])
+                notice = ("success", "You are on this job: colleagues see it in the queue"
+                                     + (", with what you are doing." if form.cleaned_data["reason"] else "."))
         except HeldByAnother as held:
             since = when(held.held_since, timezone.now())
             if choice == "release":  # a colleague's hold: asked first, as taking over is
@@ -49,7 +51,7 @@ def hold(request: HttpRequest, job_id: str) -> HttpResponse:
             notice = ("error", str(refused))
     if not request.htmx and not confirm_release:
         messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
-        return redirect("job_detail", job_id=job_id)
+        return redirect(job_url(job_id, request.GET))
     context = {**job_page_context(request, job_id, notice=notice), "confirm_release": confirm_release}
     if not request.htmx:  # the question itself, not a redirect that would lose it
         return render(request, "console/job_detail.html", {**context, "messages": []})

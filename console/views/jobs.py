@@ -3,15 +3,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from console.access import APPROVERS, OPERATORS, READERS, fence_of, has_role, role_required, visible_jobs
-from console.forms import DecisionForm
+from console.forms import DecisionForm, QueueFilterForm
 from console.selectors.history import archived_job
 from console.selectors.job import job_record, mcp_call
-from console.selectors.queue import next_in_queue, queue_tab_of
-from console.views.queue import QUEUE_CHANGED
+from console.selectors.queue import next_in_list, nothing_to_do_for, queue_tab_of
+from console.views.queue import QUEUE_CHANGED, filter_params
 from ledger.actions import Policy, declared_action
 from ledger.gate import gate_status
 from ledger.states import FINISHED_JOB
@@ -67,7 +68,7 @@ def decide(request: HttpRequest, job_id: str) -> HttpResponse:
             context = _context(request, job_id, form=form, notice=notice, held=held)
             return render(request, "console/job_detail.html", context, status=409)
         messages.add_message(request, getattr(messages, notice[0].upper()), notice[1])
-        return redirect("job_detail", job_id=job_id)
+        return redirect(job_url(job_id, request.GET))
     context = _context(request, job_id, form=form, notice=notice, confirm=confirm, held=held)
     html = render_to_string("console/job_detail.html#decision-panel", context, request)
     if notice is not None:
@@ -100,6 +101,20 @@ def _apply(decision: str, job_id: str, data: dict, user) -> tuple[tuple[str, str
     return ("success", f"{REGISTRY[decision].label}: recorded."), None, None
 
 
+def came_from_list(request: HttpRequest, job) -> dict:
+    """The queue list in the page's query (the queue's links carry it), or the job's own tab."""
+    params = filter_params(request.GET)
+    if not params:
+        params["tab"] = queue_tab_of(job)
+    return {"spec": QueueFilterForm(params).spec(), "query": params.urlencode()}
+
+
+def job_url(job_id: str, query) -> str:
+    """The job's page, with the list it was opened from (`query`: the queue's filter fields)."""
+    params = filter_params(query)
+    return reverse("job_detail", args=[job_id]) + (f"?{params.urlencode()}" if params else "")
+
+
 def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = None, notice=None,
              confirm=None, held: str | None = None) -> dict:
     fence = fence_of(request.user)
@@ -108,6 +123,7 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
     # The policy the job was enqueued with decides; the declaration now is shown when it differs.
     policy = Policy(**record.job.policy) if record.job.policy else action.policy if action else None
     policy_now = action.policy if action and policy and action.policy != policy else None
+    came_from = came_from_list(request, record.job)
     allowed = [REGISTRY[name] for name in decisions.allowed_decisions(record.job, record.latest)] if record.attempts else []
     reversible = bool(policy and policy.reversible)
     return {
@@ -122,8 +138,11 @@ def _context(request: HttpRequest, job_id: str, *, form: DecisionForm | None = N
         "takes_payload": any(decision.takes_payload for decision in allowed),
         "confirm": confirm,
         "triage": record.triage,
-        "next_job": next_in_queue(record.job, fence),
-        "queue_tab": queue_tab_of(record.job),
+        # The list the person came from (its tab, filters, order): "Next job" is its next row.
+        "next_job": next_in_list(record.job, came_from["spec"], fence, nothing_to_do=nothing_to_do_for(
+            operates=has_role(request.user, [OPERATORS]), approves=has_role(request.user, [APPROVERS]))),
+        "list_query": came_from["query"],
+        "queue_url": reverse("queue") + f"?{came_from['query']}",
         "form": form or DecisionForm(initial={"version": record.latest.version if record.latest else 1}),
         "version": record.latest.version if record.latest else 1,
         "notice": notice,

@@ -30,9 +30,18 @@ def charts(request: HttpRequest) -> HttpResponse:
                   {"charts": overview_charts(_window(request), fence_of(request.user))})
 
 
+WINDOW_KEY = "overview_window"  # the session remembers the window last chosen
+
+
 def _window(request: HttpRequest):
-    """The charts' window from `?range=` (1h, 24h or 7d); anything else shows the last 24 hours."""
-    return WINDOWS.get(request.GET.get("range", ""), WINDOWS["24h"])
+    """The charts' window from `?range=` (1h, 24h or 7d), remembered for the next visit; without
+    one (or with anything else), the window last chosen, else the last 24 hours."""
+    asked = request.GET.get("range", "")
+    if asked in WINDOWS:
+        if request.session.get(WINDOW_KEY) != asked:
+            request.session[WINDOW_KEY] = asked
+        return WINDOWS[asked]
+    return WINDOWS.get(request.session.get(WINDOW_KEY, ""), WINDOWS["24h"])
 
 
 @require_GET

@@ -48,7 +48,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     if every_match and form.is_valid():
         from console.views.bulk_runs import start  # it imports nothing from here: no cycle
 
-        return start(request, form, _filter_params(request.POST).dict())
+        return start(request, form, filter_params(request.POST).dict())
     if form.is_valid():
         decision = form.cleaned_data["decision"]
         ids = [job_id for job_id, _ in form.selected if is_valid_job_id(job_id)]
@@ -57,7 +57,8 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
             # Asked again, by the server, with what it would apply to; nothing changes yet.
             selected = [f"{version}:{job_id}" for job_id, version in form.selected if job_id in visible]
             confirm = {"decision": decision, "label": REGISTRY[decision].label, "note": form.cleaned_data["note"],
-                       "selected": selected, "count": len(selected)}
+                       "evidence": form.cleaned_data["evidence"], "text": REGISTRY[decision].asks_in_bulk,
+                       "danger": REGISTRY[decision].danger, "selected": selected, "count": len(selected)}
             template = "console/queue.html#queue-table" if request.htmx else "console/queue.html"
             return render(request, template, _context(request, filters, confirm_bulk=confirm))
         for job_id, version in form.selected:
@@ -66,7 +67,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
                 continue
             try:
                 decisions.decide(decision, job_id=job_id, version=version, user=request.user,
-                                 note=form.cleaned_data["note"])
+                                 note=form.cleaned_data["note"], evidence=form.cleaned_data["evidence"])
             except decisions.StaleDecision as stale:
                 results.append(("warning", f"{job_id}: {stale}"))
             except LedgerError as refused:
@@ -78,7 +79,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         for level, text in results:
             messages.add_message(request, getattr(messages, level.upper()), text)
-        return redirect(_queue_url(_filter_params(request.POST)))
+        return redirect(_queue_url(filter_params(request.POST)))
     response = render(request, "console/queue.html#queue-table", _context(request, filters, results=results))
     return trigger_client_event(response, QUEUE_CHANGED)
 
@@ -88,13 +89,15 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
     fence = fence_of(request.user)
     page = queue_jobs(spec, fence)
     can_decide = has_role(request.user, [OPERATORS])
-    params = _filter_params(form.data)
+    params = filter_params(form.data)
     return {
         **_counts_context(spec.tab, fence),
         "form": form,
         "spec": spec,
         "page": page,
         "filter_query": params.urlencode(),
+        # The list a job is opened from travels with its link: "Next job" is this list's next row.
+        "list_query": params.urlencode() or f"tab={spec.tab}",
         # The table refreshes the page it shows, cursor included.
         "refresh_url": _queue_url(params, after=spec.after),
         "next_query": _with_cursor(params, page.next_cursor).urlencode() if page.next_cursor else None,
@@ -107,10 +110,11 @@ def _context(request: HttpRequest, form: QueueFilterForm, results=(), confirm_bu
         "can_decide": can_decide,
         # The decisions this tab offers on many jobs at once (the registry's bulk ones for its statuses).
         "bulk_decisions": bulk_decisions(TABS[spec.tab][1]),
+        "bulk_takes_evidence": any(d.takes_evidence for d in bulk_decisions(TABS[spec.tab][1])),
     }
 
 
-def _filter_params(data) -> QueryDict:
+def filter_params(data) -> QueryDict:
     """The queue filters in `data` (GET or a POST that carried them), without the page cursor."""
     params = QueryDict(mutable=True)
     for name in FILTER_FIELDS:

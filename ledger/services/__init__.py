@@ -39,7 +39,7 @@ from ledger.services.errors import (
 )
 from ledger.services.gate import complete_pass, release_gated_jobs
 from ledger.services.jobs import enqueue_job, idempotency_key_for
-from ledger.services.ownership import HeldByAnother, release_job, take_job
+from ledger.services.ownership import HeldByAnother, end_holds, end_stale_holds, release_job, take_job
 from ledger.services.pulling import claim_next_job, claim_next_jobs
 from ledger.services.sweeper import SweepResult, sweep_expired_lease, sweep_expired_leases
 from ledger.services.transitions import (
@@ -114,6 +114,8 @@ __all__ = [
     "record_unknown",
     "release_gated_jobs",
     "release_job",
+    "end_holds",
+    "end_stale_holds",
     "renew_lease",
     "snapshot",
     "sweep_expired_lease",

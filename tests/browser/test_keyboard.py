@@ -86,7 +86,7 @@ def test_an_operator_works_through_the_console_with_the_keyboard_alone(
         page.wait_for_url(f"{live_server.url}/queue/")
         keys.tab_to(lambda f: f["tag"] == "a" and f["name"] == "rot-operator")
         page.keyboard.press("Enter")
-        page.wait_for_url(f"{live_server.url}/jobs/rot-operator/")
+        page.wait_for_url(f"{live_server.url}/jobs/rot-operator/?tab=human")  # the list it came from
 
         # The decision: write the note, then press the button.
         keys.tab_to(lambda f: f["id"] == "decision-note")

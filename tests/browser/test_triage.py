@@ -123,7 +123,7 @@ def test_an_unknown_job_is_resolved_by_keyboard_alone(live_server, browser, log_
     page.keyboard.press("j")
     expect(page.locator('tr[data-job="vault-1"] th a')).to_be_focused()
     page.keyboard.press("o")
-    page.wait_for_url(f"{live_server.url}/jobs/vault-1/")
+    page.wait_for_url(f"{live_server.url}/jobs/vault-1/?tab=human")  # the list it came from
     # The decision panel comes first: past "Skip to content", Tab reaches the note first.
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
@@ -136,10 +136,10 @@ def test_an_unknown_job_is_resolved_by_keyboard_alone(live_server, browser, log_
     expect(page.locator("#decision-result")).to_be_focused()
     expect(page.locator("#decision-result .notice-success")).to_contain_text("Confirm effect: recorded.")
     page.keyboard.press("Tab")
-    expect(page.get_by_role("link", name="Next job in the queue →")).to_be_focused()
+    expect(page.get_by_role("link", name="Next job in the list →")).to_be_focused()
     page.screenshot(path=artifacts / "triage-keyboard-decided.png", full_page=True)
     page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/jobs/vault-2/")
+    page.wait_for_url(f"{live_server.url}/jobs/vault-2/?tab=human")
     assert click.count == 1 and Job.objects.get(job_id="vault-1").status == "succeeded"
 
 

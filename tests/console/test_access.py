@@ -118,6 +118,8 @@ READS = {
     "overview_charts": ("/overview/charts/", None),
     # Per tenant counts: their fence is tested in tests/alerts/test_page.py.
     "alerts": ("/alerts/", None),
+    # A person's own events: tests/console/test_shift_page.py.
+    "shift": ("/shift/", None),
 }
 
 
@@ -211,6 +213,9 @@ def _post(name: str, tenant: str):
         return (f"/jobs/{job}/comment/", {"comment": "seen"}, ("operator", "approver"),
                 lambda: LedgerEvent.objects.filter(job__job_id=job).count())
     request = _request_of(tenant)
+    if name == "approvals_bulk":  # the second, confirmed step, as for the queue's
+        return ("/approvals/bulk/", {"decision": "reject", "note": "no", "selected": request.pk, "confirmed": "on"},
+                "approver", lambda: ApprovalRequest.objects.get(pk=request.pk).status)
     data = {"decision": "reject", "note": "no"}
     return (
         f"/approvals/{request.pk}/decide/",
@@ -220,7 +225,7 @@ def _post(name: str, tenant: str):
     )
 
 
-POSTS = ("job_decide", "job_hold", "job_comment", "queue_bulk", "approval_decide", "alert_act")
+POSTS = ("job_decide", "job_hold", "job_comment", "queue_bulk", "approval_decide", "approvals_bulk", "alert_act")
 
 
 @pytest.mark.parametrize("tenant", [INSIDE, OUTSIDE])
@@ -242,7 +247,7 @@ def test_changing_things(client, world, user_of, persona, name, tenant):
     elif not sees(persona, tenant):
         # Outside the fence the job (or its request) does not exist: nothing changes. The bulk
         # action answers for the whole selection and reports the job as missing.
-        assert response.status_code == (302 if name == "queue_bulk" else 404)
+        assert response.status_code == (302 if name in ("queue_bulk", "approvals_bulk") else 404)
         if name == "queue_bulk":
             page = client.get(response["Location"]).content.decode()
             assert f"no job with id &#x27;{job_of(tenant)}&#x27;" in page

@@ -36,7 +36,7 @@ def test_taking_a_job_is_in_its_history_and_the_queue_shows_who_and_since_when(o
     assert (event.actor, event.actor_type, event.evidence) == (operator.username, "operator", {"holder": "olga"})
     assert latest_version("vault-1") == version  # a hold changes no state: nobody's decision goes stale
     queue = _client(auditor).get("/queue/").content.decode()
-    assert f'<td data-holder data-label="On it">{operator.username} <span class="muted">since <time' in queue
+    assert f'<td data-holder data-label="On it"><b>{operator.username}</b> <span class="muted">since <time' in queue
 
 
 def test_a_colleague_is_warned_keeps_the_note_and_can_go_ahead(operator, operator2):

@@ -116,7 +116,13 @@ def test_the_charts_refresh_on_their_own_behind_the_login(client, auditor):
     html = client.get("/overview/charts/?range=7d").content.decode()
     assert html.lstrip().startswith('<section id="overview-charts"')
     assert 'hx-get="/overview/charts/?range=7d"' in html
-    assert 'data-window="24h"' in client.get("/overview/charts/?range=nonsense").content.decode()
+    # Anything else shows the window last chosen (remembered), and a new session the last 24 hours.
+    assert 'data-window="7d"' in client.get("/overview/charts/?range=nonsense").content.decode()
+    assert 'data-window="7d"' in client.get("/").content.decode()
+    client.force_login(auditor)
+    client.logout()
+    client.force_login(auditor)
+    assert 'data-window="24h"' in client.get("/overview/charts/").content.decode()
 
 
 def test_sampling_records_the_levels_now_and_forgets_old_samples(operator):

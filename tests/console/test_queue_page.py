@@ -147,8 +147,9 @@ def test_the_page_renders_in_a_bounded_number_of_queries(
         make_unknown_job(f"inv-{n}")
     client.force_login(operator)
     # session + user, roles, counts, one page of jobs, their latest attempts, their latest telling
-    # events, and (for an operator) how many jobs the filter matches, for "Select all"
-    with django_assert_max_num_queries(8):
+    # events, their holds' reasons and last comments, and (for an operator) how many jobs the filter
+    # matches, for "Select all"
+    with django_assert_max_num_queries(9):
         response = client.get("/queue/?tab=reconciling&size=100")
     assert len(_jobs_on_page(response.content.decode())) == rows
 
@@ -247,7 +248,7 @@ def test_it_shows_each_jobs_duplicate_deliveries(client, auditor, django_assert_
     services.record_unknown(lease=lease, reason="connection dropped")
     make_unknown_job("inv-plain")
     client.force_login(auditor)
-    with django_assert_max_num_queries(7):  # as for any page: the counter is a column, no query per row
+    with django_assert_max_num_queries(8):  # as for any page: the counter is a column, no query per row
         html = client.get("/queue/?tab=reconciling").content.decode()
     assert '<th scope="col" class="num">Duplicate deliveries</th>' in html
     rows = dict(

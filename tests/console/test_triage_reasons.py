@@ -79,8 +79,8 @@ def test_the_queue_stays_one_query_for_all_the_reasons(client, operator, django_
             services.claim_job(job_id=f"inv-{n}", worker="w2")
     client.force_login(operator)
     # session + user, roles, counts, one page of jobs, their latest attempts, their latest telling
-    # events, and how many jobs the filter matches ("Select all")
-    with django_assert_max_num_queries(8):
+    # events, their holds' reasons and last comments, and how many jobs the filter matches ("Select all")
+    with django_assert_max_num_queries(9):
         html = client.get("/queue/?tab=reconciling&size=100").content.decode()
     assert html.count("connection dropped after the request was sent") == 30  # not the refusal
 
@@ -167,7 +167,7 @@ def test_the_decision_comes_first_and_after_it_focus_goes_to_the_result_and_the_
     result = re.search(r'<div id="decision-result"[^>]*>(.*?)</div>', panel, re.S)
     assert 'tabindex="-1" autofocus' in panel[: panel.index(">", panel.index('id="decision-result"'))]
     assert "Confirm effect: recorded." in result.group(1)
-    assert '<a href="/jobs/vault-2/" data-next-job data-shortcut="]">Next job in the queue →</a>' in result.group(1)
+    assert '<a href="/jobs/vault-2/?tab=human" data-next-job data-shortcut="]">Next job in the list →</a>' in result.group(1)
 
 
 def test_the_runbook_and_how_to_check_by_hand_sit_beside_the_decision(client, operator):
@@ -194,4 +194,4 @@ def test_the_job_page_reads_the_latest_attempt_once_not_once_per_decision(
     # session + user, roles, the job, attempts, events, checks, approvals, the chain check, the next job
     with django_assert_max_num_queries(10):
         html = client.get("/jobs/vault-1/").content.decode()
-    assert 'value="confirm_effect"' in html and "data-next-job" not in html  # no decision yet: no result block
+    assert 'value="confirm_effect"' in html and "data-decision-result" not in html  # no decision yet: no result block

@@ -47,3 +47,20 @@ def test_with_smtp_the_workload_sends_mail_over_smtp_under_the_smtp_sandbox_s_fa
     # DATA was confirmed, one dropped before it was archived was found missing and resent.
     assert {"failed", "reconciled_confirmed", "reconciled_not_found"} <= kinds
     assert_ledger_clean()
+
+
+@pytest.mark.django_db
+def test_a_later_batch_leaves_what_a_person_set_at_the_sandbox(provider):
+    """The live demo configures the sandbox on its first batch only: a fault a person injects and
+    a profile a person fixes are still there when the next batch is enqueued."""
+    from sandbox.simulation import Workload, run
+
+    run(Workload(jobs=3, fault_rate=0.3, tenants=1, mismatch_rate=0.0, bad_address_every=0, seed=1, prefix="b1"))
+    assert provider.request("GET", "/_admin/faults").json["rates"]["error_5xx"] == 0.1
+    provider.request("PUT", "/_admin/faults", {"rates": {"error_5xx": 1.0}})  # the person's incident drill
+    provider.request("PUT", "/_admin/profiles/acme-switched", {"account": "acme-brand", "session": "active"})
+    run(Workload(jobs=3, fault_rate=0.3, tenants=1, mismatch_rate=0.0, bad_address_every=0, seed=1, prefix="b2",
+                 configure=False))
+    assert provider.request("GET", "/_admin/faults").json["rates"]["error_5xx"] == 1.0
+    assert provider.request("GET", "/profiles/acme-switched").json["account"] == "acme-brand"
+    assert Job.objects.filter(job_id__startswith="b2-").count() == 3

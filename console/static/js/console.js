@@ -89,7 +89,8 @@ document.addEventListener("keydown", function (event) {
     }
   }
   if (key === "u" && document.getElementById("decision-panel")) {
-    const queue = document.querySelector('header nav a[href$="/queue/"]');
+    // The queue list this job was opened from, its filter kept (the page's "Back to the queue").
+    const queue = document.querySelector("[data-back-to-queue]") || document.querySelector('header nav a[href$="/queue/"]');
     if (queue) queue.click();
     return;
   }

@@ -41,12 +41,18 @@ class Command(BaseCommand):
         if settings.RECKON_DEMO_ACTION_MODULE not in settings.RECKON_ACTION_MODULES:
             raise CommandError("the workload is made of the demo's actions, which are not registered here: set "
                                "RECKON_DEMO=true, for this command and for the workers that will run the jobs")
+        first = True
         while True:
             batch_prefix = prefix or f"sim-{timezone.now():%Y%m%d-%H%M%S}"
             started = time.monotonic()
+            # The sandbox's faults and profiles are set on the first batch only: a person's changes
+            # to them (an injected fault, a fixed login) stay until that person changes them back.
             job_ids = run(Workload(jobs=jobs, fault_rate=fault_rate, tenants=tenants, mismatch_rate=mismatch_rate,
-                                   bad_address_every=bad_address_every, seed=seed, prefix=batch_prefix, smtp=smtp))
-            self.stdout.write(f"enqueued {len(job_ids)} jobs ({batch_prefix}-*) at fault rate {fault_rate}")
+                                   bad_address_every=bad_address_every, seed=seed, prefix=batch_prefix, smtp=smtp,
+                                   configure=first))
+            self.stdout.write(f"enqueued {len(job_ids)} jobs ({batch_prefix}-*) at fault rate {fault_rate}"
+                              + ("" if first else "; the sandbox's faults and profiles are left as they are now"))
+            first = False
             if wait:
                 self._report(batch_prefix, started, wait)
             if not every:
