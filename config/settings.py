@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -56,18 +56,57 @@ HISTORY = "History: partitions, retention and archives"
 
 
 def database_from_url(url: str) -> dict:
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgres", "postgresql"):
+    """Django's database settings from a libpq URL. Several hosts (`host1:5432,host2:5432`, libpq's
+    multi-host form) become comma-separated HOST and PORT, which libpq tries in turn; the query's
+    parameters (`target_session_attrs=read-write`, `sslmode`, `connect_timeout`...) become OPTIONS,
+    checked against libpq's own list so that a misspelt one stops start-up."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in ("postgres", "postgresql"):
         raise ValueError(
-            f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {parts.scheme!r}"
+            f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {urlsplit(url).scheme!r}"
         )
-    return {
-        "NAME": unquote(parts.path.lstrip("/")) or "reckon",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+    # Not urlsplit's netloc: it cannot hold several host:port pairs (its .port refuses them).
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    userinfo, at, hostlist = netloc.rpartition("@")
+    user, _, password = userinfo.partition(":") if at else ("", "", "")
+    hosts, ports = [], []
+    for item in hostlist.split(",") if hostlist else []:
+        host, port = _host_and_port(item)
+        hosts.append(host)
+        ports.append(port)
+    if len(set(ports)) == 1:
+        ports = ports[:1]  # one port for every host, as libpq allows
+    elif "" in ports:
+        ports = [port or "5432" for port in ports]
+    database = {
+        "NAME": unquote(path) or "reckon",
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(hosts),
+        "PORT": ",".join(ports),
     }
+    if options := dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))):
+        from psycopg.conninfo import make_conninfo
+
+        try:
+            make_conninfo(**options)
+        except Exception as exc:  # psycopg.ProgrammingError: libpq does not know a parameter
+            raise ValueError(f"DATABASE_URL has a parameter libpq does not take: {exc}") from None
+        database["OPTIONS"] = options
+    return database
+
+
+def _host_and_port(item: str) -> tuple[str, str]:
+    item = unquote(item.strip())
+    if item.startswith("["):  # [::1]:5432
+        host, _, port = item[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = item.partition(":")
+    if not host or (port and not port.isdigit()):
+        raise ValueError(f"DATABASE_URL names a host it cannot read: {item!r} (expected host or host:port)")
+    return host, port
 
 
 # Django's own rule for a strong key (check security.W009): at least 50 characters, at least 5
@@ -162,6 +201,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A view that met a database without a primary answers 503 with Retry-After (a failover).
+    "config.unavailable.DatabaseUnavailable",
     # Last, as django-axes asks: it turns a locked-out login into the locked-out page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -215,6 +256,8 @@ DATABASES = {
         # Which process holds a session, visible in pg_stat_activity.
         "OPTIONS": {
             "application_name": f"reckon:{os.getpid()}",
+            # DATABASE_URL's own parameters (target_session_attrs=read-write, sslmode...) win.
+            **_database.pop("OPTIONS", {}),
             # Statements bound server-side (only the worker steps' calls; Django binds the rest on
             # the client) are prepared after 5 runs on a connection. RECKON_DB_PREPARE=false turns
             # this off behind a connection pooler that cannot keep prepared statements.

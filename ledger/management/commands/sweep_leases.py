@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from ledger.availability import Outage, through_outage
 from ledger.cluster import cluster_problem
 from ledger.services import sweep_expired_leases
 
@@ -19,10 +20,14 @@ class Command(BaseCommand):
         if loop:
             self.stdout.write(f"sweeping expired leases every {interval} s")
         missing_cluster = None
+        outage = Outage("sweeper")  # a failover: the loop waits it out, it does not exit
         while True:
             started = time.monotonic()
-            result = sweep_expired_leases()
-            if loop and (problem := cluster_problem()) != missing_cluster:  # said when it starts and ends
+            result = through_outage(sweep_expired_leases, outage) if loop else sweep_expired_leases()
+            if result is None:
+                time.sleep(interval)  # the loop's pacing, not synchronisation
+                continue
+            if loop and (problem := through_outage(cluster_problem, outage)) != missing_cluster:  # said when it starts and ends
                 self.stderr.write(f"warning: {problem}" if problem else "a qcluster runs the schedules again")
                 missing_cluster = problem
             if result.total or not loop:

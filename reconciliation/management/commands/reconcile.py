@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from ledger.availability import Outage, through_outage
 from ledger.declarations import reconciler_problems
 from reconciliation.passes import reconcile_until_idle
 
@@ -28,9 +29,14 @@ class Command(BaseCommand):
             raise CommandError("\n".join(problems))
         if loop:
             self.stdout.write(f"reconciling unknown work every {interval} s")
+        outage = Outage("reconciler")  # a failover: the loop waits it out, it does not exit
         while True:
             started = time.monotonic()
-            decisions = reconcile_until_idle(limit=limit)
+            decisions = (through_outage(lambda: reconcile_until_idle(limit=limit), outage) if loop
+                         else reconcile_until_idle(limit=limit))
+            if decisions is None:
+                time.sleep(interval)  # the loop's pacing, not synchronisation
+                continue
             for decision in decisions:
                 self.stdout.write(str(decision))
             if decisions or not loop:
