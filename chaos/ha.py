@@ -75,8 +75,9 @@ class Node:
 class PatroniCluster:
     """`nodes` PostgreSQL nodes under Patroni with one etcd, in `folder` (which it owns)."""
 
-    def __init__(self, folder: Path, *, nodes: int = 3, database: str = "reckon"):
+    def __init__(self, folder: Path, *, nodes: int = 3, database: str = "reckon", synchronous: bool = False):
         self.folder = Path(folder)
+        self.synchronous = synchronous
         self.database = database
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.etcd: ChildProcess | None = None
@@ -145,6 +146,8 @@ class PatroniCluster:
                 "dcs": {
                     "ttl": TTL, "loop_wait": LOOP_WAIT, "retry_timeout": RETRY_TIMEOUT,
                     "maximum_lag_on_failover": 1048576,
+                    # On: a commit waits for one standby, and only that standby is promoted.
+                    "synchronous_mode": self.synchronous,
                     "postgresql": {
                         "use_pg_rewind": True,
                         "remove_data_directory_on_diverged_timelines": True,
