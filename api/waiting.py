@@ -159,7 +159,14 @@ DJANGO_ONLY_OPTIONS = frozenset({"application_name", "prepare_threshold", "serve
 
 def listener_conninfo() -> str:
     """The default database, as a libpq connection string of its own (not Django's connection)."""
-    settings = connections["default"].settings_dict
+    from django.conf import settings as django_settings
+
+    if django_settings.RECKON_DIRECT_DATABASE_URL:  # past a transaction pooler, which cannot carry a LISTEN
+        from config.database_url import database_from_url
+
+        settings = database_from_url(django_settings.RECKON_DIRECT_DATABASE_URL)
+    else:
+        settings = connections["default"].settings_dict
     # DATABASE_URL's libpq parameters (target_session_attrs=read-write: LISTEN on the primary),
     # not Django's or psycopg's own options.
     libpq = {key: value for key, value in settings.get("OPTIONS", {}).items() if key not in DJANGO_ONLY_OPTIONS}

@@ -193,6 +193,14 @@ else:
     # Nothing starts here: the embedded backend starts the cluster on the first connection.
     _database = {"ENGINE": "config.embedded_db", **connection_settings()}
 
+# Behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) a server session is
+# shared between transactions: nothing may outlive one. So no server-side prepared statements
+# (PgBouncer before 1.21 loses them), no server-side cursors (Django's WITH HOLD cursors), and the
+# claims listener's LISTEN goes to RECKON_DIRECT_DATABASE_URL (docs/deploying/high-availability.md).
+RECKON_DATABASE_POOLED = setting("RECKON_DATABASE_POOLED", False, Bool, "DATABASE_URL goes through a connection pooler in transaction mode (PgBouncer `pool_mode = transaction`): prepared statements and server-side cursors are turned off, and the web processes LISTEN through RECKON_DIRECT_DATABASE_URL. `check --deploy` warns when that is unset.", group=DATABASE)
+RECKON_DIRECT_DATABASE_URL = setting("RECKON_DIRECT_DATABASE_URL", "", Str, "The database without the pooler (the same multi-host URL as DATABASE_URL would be), for the one session a transaction pooler cannot carry: each web process's LISTEN that wakes waiting claims. Unset: the claims listener uses DATABASE_URL.", group=DATABASE, example="postgresql://reckon:secret@db1:5432,db2:5432/reckon?target_session_attrs=read-write", secret=True)
+_PREPARE = setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21); RECKON_DATABASE_POOLED turns it off too.", group=DATABASE)
+
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
@@ -207,8 +215,9 @@ DATABASES = {
             # Statements bound server-side (only the worker steps' calls; Django binds the rest on
             # the client) are prepared after 5 runs on a connection. RECKON_DB_PREPARE=false turns
             # this off behind a connection pooler that cannot keep prepared statements.
-            "prepare_threshold": 5 if setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21).", group=DATABASE) else None,
+            "prepare_threshold": 5 if _PREPARE and not RECKON_DATABASE_POOLED else None,
         },
+        "DISABLE_SERVER_SIDE_CURSORS": RECKON_DATABASE_POOLED,
         "TEST": {"NAME": setting("RECKON_TEST_DATABASE", None, Str, "The test database's name (default: test_ plus the database name); the harnesses give each run its own.", group=HARNESS, internal=True)},
     }
 }
