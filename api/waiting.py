@@ -161,10 +161,8 @@ def listener_conninfo() -> str:
     """The default database, as a libpq connection string of its own (not Django's connection)."""
     from django.conf import settings as django_settings
 
-    if django_settings.RECKON_DIRECT_DATABASE_URL:  # past a transaction pooler, which cannot carry a LISTEN
-        from config.database_url import database_from_url
-
-        settings = database_from_url(django_settings.RECKON_DIRECT_DATABASE_URL)
+    if django_settings.RECKON_DIRECT_DATABASE:  # past a transaction pooler, which cannot carry a LISTEN
+        settings = django_settings.RECKON_DIRECT_DATABASE
     else:
         settings = connections["default"].settings_dict
     # DATABASE_URL's libpq parameters (target_session_attrs=read-write: LISTEN on the primary),

@@ -199,6 +199,8 @@ else:
 # claims listener's LISTEN goes to RECKON_DIRECT_DATABASE_URL (docs/deploying/high-availability.md).
 RECKON_DATABASE_POOLED = setting("RECKON_DATABASE_POOLED", False, Bool, "DATABASE_URL goes through a connection pooler in transaction mode (PgBouncer `pool_mode = transaction`): prepared statements and server-side cursors are turned off, and the web processes LISTEN through RECKON_DIRECT_DATABASE_URL. `check --deploy` warns when that is unset.", group=DATABASE)
 RECKON_DIRECT_DATABASE_URL = setting("RECKON_DIRECT_DATABASE_URL", "", Str, "The database without the pooler (the same multi-host URL as DATABASE_URL would be), for the one session a transaction pooler cannot carry: each web process's LISTEN that wakes waiting claims. Unset: the claims listener uses DATABASE_URL.", group=DATABASE, example="postgresql://reckon:secret@db1:5432,db2:5432/reckon?target_session_attrs=read-write", secret=True)
+# Parsed here, as DATABASE_URL is: the claims listener (api/waiting.py) connects with these settings.
+RECKON_DIRECT_DATABASE = database_from_url(RECKON_DIRECT_DATABASE_URL) if RECKON_DIRECT_DATABASE_URL else None
 _PREPARE = setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21); RECKON_DATABASE_POOLED turns it off too.", group=DATABASE)
 
 DATABASES = {

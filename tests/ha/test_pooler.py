@@ -87,11 +87,12 @@ def test_check_deploy_warns_when_a_pooled_url_has_no_direct_one_for_the_listener
     assert "config.W002" not in _deploy_warnings({"DATABASE_URL": pgbouncer})  # not marked pooled: not asked
 
 
-def test_behind_a_pooler_the_listener_connects_directly_and_nothing_is_prepared(settings):
+def test_behind_a_pooler_the_listener_connects_directly(settings):
     from api.waiting import listener_conninfo
     from config.database_url import database_from_url
 
-    settings.RECKON_DIRECT_DATABASE_URL = "postgresql://reckon@db1:5432,db2:5432/reckon?target_session_attrs=read-write"
+    settings.RECKON_DIRECT_DATABASE = database_from_url(
+        "postgresql://reckon@db1:5432,db2:5432/reckon?target_session_attrs=read-write")
     conninfo = listener_conninfo()
     assert "host=db1,db2" in conninfo and "target_session_attrs=read-write" in conninfo
-    assert database_from_url(settings.RECKON_DIRECT_DATABASE_URL)["HOST"] == "db1,db2"
+    assert "prepare_threshold" not in conninfo
