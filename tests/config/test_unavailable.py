@@ -37,18 +37,18 @@ def test_a_mistake_is_not_an_outage(exc):
 
 
 @pytest.mark.parametrize("path, content_type", [("/queue/", "text/plain"), ("/api/v1/jobs/x", "application/json")])
-def test_a_view_that_met_an_outage_answers_503_with_retry_after(path, content_type):
+def test_a_view_that_met_an_outage_answers_503_with_retry_after(db, path, content_type):
     outage = _django_error(OperationalError, psycopg.OperationalError("server closed the connection unexpectedly"))
     response = DatabaseUnavailable(lambda request: None).process_exception(RequestFactory().get(path), outage)
     assert response.status_code == 503 and int(response["Retry-After"]) > 0
     assert response["Content-Type"].startswith(content_type)
 
 
-def test_any_other_error_is_left_to_django():
+def test_any_other_error_is_left_to_django(db):
     assert DatabaseUnavailable(lambda request: None).process_exception(RequestFactory().get("/"), KeyError("x")) is None
 
 
-def test_an_outage_before_any_view_reaches_handler500_and_answers_503():
+def test_an_outage_before_any_view_reaches_handler500_and_answers_503(db):
     request = RequestFactory().get("/")
     try:
         raise _django_error(OperationalError, psycopg.OperationalError("connection failed"))
