@@ -75,9 +75,11 @@ class Node:
 class PatroniCluster:
     """`nodes` PostgreSQL nodes under Patroni with one etcd, in `folder` (which it owns)."""
 
-    def __init__(self, folder: Path, *, nodes: int = 3, database: str = "reckon", synchronous: bool = False):
+    def __init__(self, folder: Path, *, nodes: int = 3, database: str = "reckon", synchronous: bool = False,
+                 maximum_lag_on_failover: int = 1048576):
         self.folder = Path(folder)
         self.synchronous = synchronous
+        self.maximum_lag_on_failover = maximum_lag_on_failover
         self.database = database
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.etcd: ChildProcess | None = None
@@ -145,7 +147,7 @@ class PatroniCluster:
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL, "loop_wait": LOOP_WAIT, "retry_timeout": RETRY_TIMEOUT,
-                    "maximum_lag_on_failover": 1048576,
+                    "maximum_lag_on_failover": self.maximum_lag_on_failover,
                     # On: a commit waits for one standby, and only that standby is promoted.
                     "synchronous_mode": self.synchronous,
                     "postgresql": {
@@ -233,6 +235,24 @@ class PatroniCluster:
         self.start_node(node)
         self.wait_for_replicas(sum(1 for n in self.nodes if n.killed_at is None) - 1, timeout=timeout)
 
+    def pause_wal_receiver(self, node: Node) -> int:
+        """SIGSTOP `node`'s WAL receiver: the replica falls behind (what it had received stays). For
+        `failover_lost_tail`: with asynchronous replication, commits acknowledged from now on exist
+        only on the primary (beyond what the sockets' buffers hold), and a failover to this node loses
+        them. Returns the receiver's pid for `resume_wal_receiver`."""
+        postmaster = node.postmaster_pid()
+        receivers = [pid for pid in _children(postmaster or -1) if b"walreceiver" in _cmdline(pid)]
+        if len(receivers) != 1:
+            raise HaClusterError(f"{node.name} has {len(receivers)} WAL receivers, not one: is it a replica?")
+        os.kill(receivers[0], signal.SIGSTOP)
+        return receivers[0]
+
+    def resume_wal_receiver(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
     def _kill_node(self, node: Node) -> None:
         postmaster = node.postmaster_pid()
         node.killed_at = time.monotonic()
@@ -309,3 +329,10 @@ def _children(parent: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
     return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -10,11 +10,11 @@ from chaos.ha import PatroniCluster
 from tests.processes import manage
 
 
-def start_patroni(nodes: int, *, synchronous: bool = False):
+def start_patroni(nodes: int, *, synchronous: bool = False, **patroni):
     """A started cluster with Reckon's schema migrated on it (a generator: the fixture's body)."""
     folder = Path(tempfile.mkdtemp(prefix="reckon-ha-test-"))
     os.chmod(folder, 0o701)  # postgres passes through to its node folders
-    cluster = PatroniCluster(folder / "ha", nodes=nodes, synchronous=synchronous)
+    cluster = PatroniCluster(folder / "ha", nodes=nodes, synchronous=synchronous, **patroni)
     try:
         cluster.start()
         done = manage("migrate", "--no-input", env=reckon_env(cluster), timeout=300)
