@@ -536,8 +536,8 @@ class PrimaryFailover(Scenario):
         probe = threading.Thread(target=_probe_api, args=(f"{self.url}/api/v1/jobs/{before[0]}", self.token,
                                                           answers, stop), daemon=True)
         probe.start()
-        killed_at = time.time()
         node = world.ha.kill_primary()
+        killed_at = time.time()  # every process of the old primary is dead: a later claim is the new one's
         # The agents go on: new keys arrive while there is no primary (each retried until taken).
         after = [self._job(f"{prefix}-after", n) for n in range(self.jobs // 2)]
         first_claim = wait_until(lambda: _first_claim_after(killed_at), timeout=60, interval=0.1,
