@@ -62,6 +62,10 @@ class Scenario:
     def run(self, world: World, result: RunResult) -> list[str]:
         raise NotImplementedError
 
+    def count_effects(self, world: World, job: Job) -> int:
+        """The effects the provider holds for `job` (the HTTP sandbox's, by the job's marker)."""
+        return world.sandbox.effects(marker=job.idempotency_key)["count"]
+
 
 class CrashAtPoint(Scenario):
     """SIGKILL a worker stopped at a fault point; recovery must close the job with one effect."""
@@ -492,21 +496,33 @@ class PrimaryFailover(Scenario):
     Retry-After, never 500."""
 
     name = "primary_failover"
-    summary = ("the primary's Patroni and PostgreSQL SIGKILLed under a mixed load -> a replica promoted, "
+    summary = ("the primary's Patroni and PostgreSQL SIGKILLed under a mixed load (the SMTP relay too) -> a replica promoted, "
                "every process reconnects unrestarted, no duplicate, 503 + Retry-After meanwhile")
     needs_ha = True
     jobs = 24
     recover_timeout = 120.0
 
     def setup(self, world):
-        from api.tokens import worker_token_create
+        from django.conf import settings
 
+        from api.tokens import worker_token_create
+        from sandbox.smtp.testing import SmtpSandboxProcess
+
+        # The non-idempotent mail relay: smtp.send_mail through the SMTP sandbox (a resend is a
+        # second message), reconciled by its Message-ID marker.
+        self.smtp = SmtpSandboxProcess(world.workdir / "smtp.sqlite3").start()
+        world.workers.append(self.smtp)  # stopped with the scenario's processes
+        for name, value in self.smtp.settings.items():
+            setattr(settings, name, value)  # this process reconciles too
+        env = self.smtp.env
         manage = [sys.executable, str(ROOT / "manage.py")]
-        self.loops = [world.worker(f"{self.name}-qcluster", workers=2),
-                      world.process(f"{self.name}-sweep", [*manage, "sweep_leases", "--loop", "--interval", "0.5"]),
-                      world.process(f"{self.name}-reconcile", [*manage, "reconcile", "--loop", "--interval", "0.5"]),
-                      world.process(f"{self.name}-watchdog", [*manage, "watchdog", "--loop", "--interval", "1"])]
-        self.url = world.web(f"{self.name}-web")
+        self.loops = [world.worker(f"{self.name}-qcluster", workers=2, env=env),
+                      world.process(f"{self.name}-sweep", [*manage, "sweep_leases", "--loop", "--interval", "0.5"],
+                                    env),
+                      world.process(f"{self.name}-reconcile", [*manage, "reconcile", "--loop", "--interval", "0.5"],
+                                    env),
+                      world.process(f"{self.name}-watchdog", [*manage, "watchdog", "--loop", "--interval", "1"], env)]
+        self.url = world.web(f"{self.name}-web", env)
         self.loops.append(world.workers[-1])
         self.token = worker_token_create(name=self.name, tenants=["chaos"], actions=["mail.send"]).token
         for profile in ("chaos-social",):
@@ -516,13 +532,19 @@ class PrimaryFailover(Scenario):
         kinds = [("mail.send", MAIL, {}), ("billing.create_invoice", _invoice(n), {}),
                  ("social.publish_post", {"body": f"Release notes {n}"}, {"profile": "chaos-social",
                                                                           "account": "chaos-brand"}),
-                 ("vault.rotate_credential", {"name": f"chaos-db-{n}"}, {})]
+                 ("vault.rotate_credential", {"name": f"chaos-db-{n}"}, {}),
+                 ("smtp.send_mail", MAIL, {})]
         action, payload, identity = kinds[n % len(kinds)]
         job_id = f"{prefix}-{n}"
         wait_until(lambda: enqueue_job(job_id=job_id, tenant="chaos", action=action, payload=payload,
                                        identity=identity, actor="chaos"),
                    timeout=60, interval=0.2, what=f"{job_id} to be enqueued (an agent retrying its key)")
         return job_id
+
+    def count_effects(self, world, job):
+        if job.action == "smtp.send_mail":
+            return len(self.smtp.messages(marker=job.idempotency_key))
+        return super().count_effects(world, job)
 
     def run(self, world, result):
         import threading
@@ -619,7 +641,7 @@ def run_scenario(world: World, scenario: Scenario, *, runs: int, seed: int) -> l
             except Exception as exc:  # a scenario that breaks is a failed run, with its reason
                 result.error = f"{type(exc).__name__}: {exc}"
             if job_ids:
-                evaluate(result, job_ids, world.sandbox)
+                evaluate(result, job_ids, world.sandbox, lambda job: scenario.count_effects(world, job))
             results.append(result)
     finally:
         world.stop_workers()
