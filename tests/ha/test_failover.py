@@ -1,7 +1,9 @@
 """Reckon on a real Patroni cluster: the multi-host URL finds the primary, and the processes of a
 deployment (web, qcluster, sweeper, reconciler, watchdog) go on through a primary switch without a
-restart, the API answering 503 with Retry-After, never 500, while there is no primary."""
+restart (the MCP gateway too), the API answering 503 with Retry-After, never 500, while there is no
+primary."""
 
+import json
 import sys
 import threading
 import urllib.error
@@ -68,7 +70,7 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
     env = reckon_env(patroni, RECKON_Q_WORKERS="1", RECKON_REDISPATCH_AFTER_S="3")
     token = manage("worker_token", "create", "--name", "ha-probe", "--tenant", "ha", "--action", "reckon.echo",
                    env=env).stdout.strip().splitlines()[-1]
-    port = free_port()
+    port, gateway_port = free_port(), free_port()
     processes = {
         "web": ManagedProcess([sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind",
                                f"127.0.0.1:{port}", "--workers", "1", "--threads", "4", "--no-control-socket"],
@@ -80,6 +82,8 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
                                      log_name="ha-reconciler"),
         "watchdog": ManagedProcess([*MANAGE, "watchdog", "--loop", "--interval", "1"], env=env,
                                    log_name="ha-watchdog"),
+        "gateway": ManagedProcess([*MANAGE, "mcp_gateway", "--port", str(gateway_port)], env=env,
+                                  log_name="ha-gateway"),
     }
     stop, answers = threading.Event(), []
     try:
@@ -99,6 +103,10 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
             except psycopg.Error:
                 return False
 
+        mcp = f"http://127.0.0.1:{gateway_port}/mcp"
+        # The gateway checks the token in the ledger from a worker thread: that thread's connection
+        # is opened now, and breaks in the switch.
+        wait_for(lambda: _mcp_initialize(mcp, token) == 200, timeout=60, message="the MCP gateway")
         enqueue("before-switch")
         wait_for(lambda: succeeded("before-switch"), timeout=60, message="a job to run before the switch")
 
@@ -114,6 +122,8 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
         # Nothing was restarted: each process found the new primary by itself.
         for name, process in processes.items():
             assert process.running(), f"{name} exited in the failover:\n{process.output_tail(30)}"
+        wait_for(lambda: _mcp_initialize(mcp, token) == 200, timeout=30,
+                 message="the gateway to check a token on the new primary")
         enqueue("after-switch")
         wait_for(lambda: succeeded("after-switch"), timeout=90, message="a job to run after the switch")
         assert _sql(patroni, "SELECT inet_server_port()") == [(new.port,)]
@@ -136,6 +146,22 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
 def _status(url: str) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    except OSError:
+        return None
+
+
+def _mcp_initialize(url: str, token: str) -> int | None:
+    """The status of an MCP `initialize` (the gateway authenticates the token against the ledger)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ha-test", "version": "1"}}})
+    request = urllib.request.Request(url, data=body.encode(), method="POST", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
             return answer.status
     except urllib.error.HTTPError as refused:
         return refused.code
