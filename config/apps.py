@@ -12,6 +12,7 @@ class ReckonConfig(AppConfig):
         post_migrate.connect(_sync_schedules, dispatch_uid="reckon.sync_schedules")
         register(_a_cluster_runs_the_schedules, deploy=True)
         register(_pooled_sessions_go_direct, deploy=True)
+        register(_several_hosts_find_the_primary, deploy=True)
 
 
 def _sync_schedules(sender, using="default", **kwargs) -> None:
@@ -46,3 +47,21 @@ def _pooled_sessions_go_direct(app_configs=None, **kwargs) -> list[Warning]:
         "Waiting claims then find work only by polling (every RECKON_CLAIM_POLL_S s).",
         hint="Set RECKON_DIRECT_DATABASE_URL to the database without the pooler, for the web processes.",
         id="config.W002")]
+
+
+def _several_hosts_find_the_primary(app_configs=None, **kwargs) -> list[Warning]:
+    """`check --deploy`: a DATABASE_URL that lists several hosts must ask for the one that takes writes,
+    or libpq keeps the first that answers, a read-only replica after a failover."""
+    from django.conf import settings
+
+    warnings = []
+    for name, database in (("DATABASE_URL", settings.DATABASES["default"]),
+                           ("RECKON_DIRECT_DATABASE_URL", settings.RECKON_DIRECT_DATABASE or {})):
+        attrs = database.get("OPTIONS", {}).get("target_session_attrs", "any")
+        if "," in database.get("HOST", "") and attrs not in ("read-write", "primary"):
+            warnings.append(Warning(
+                f"{name} lists several hosts with target_session_attrs={attrs}: libpq keeps the first host that "
+                "answers, which after a failover is a read-only replica (every write then fails).",
+                hint="Add ?target_session_attrs=read-write to the URL (docs/deploying/high-availability.md).",
+                id="config.W003"))
+    return warnings

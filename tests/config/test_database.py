@@ -248,3 +248,17 @@ def test_a_multi_host_database_url_gives_libpq_every_host_and_its_parameters():
 def test_a_database_url_libpq_would_not_take_is_refused_with_the_reason(url, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         database_from_url(url)
+
+
+def test_check_deploy_warns_when_several_hosts_do_not_ask_for_the_primary():
+    hosts = "postgresql://reckon@127.0.0.1:1,127.0.0.1:2/reckon"  # nothing listens: only the URL is read
+    assert "config.W003" in _deploy_warnings(hosts)
+    assert "config.W003" not in _deploy_warnings(hosts + "?target_session_attrs=read-write")
+
+
+def _deploy_warnings(database_url: str) -> str:
+    from tests.processes import manage
+
+    done = manage("check", "--deploy", env={**os.environ, "DATABASE_URL": database_url + (
+        "&" if "?" in database_url else "?") + "connect_timeout=1"})
+    return done.stdout + done.stderr

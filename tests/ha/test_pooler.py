@@ -96,3 +96,4 @@ def test_behind_a_pooler_the_listener_connects_directly(settings):
     conninfo = listener_conninfo()
     assert "host=db1,db2" in conninfo and "target_session_attrs=read-write" in conninfo
     assert "prepare_threshold" not in conninfo
+
