@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, close_old_connections
 
 log = logging.getLogger("reckon.database")
 
@@ -51,11 +51,9 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 def drop_broken_connections() -> None:
-    """Close this thread's connections that failed (Django would on the next request; a loop or a
-    worker thread has no request), so the next query opens a new one to whichever node is primary."""
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and (connection.errors_occurred or not connection.is_usable()):
-            connection.close()
+    """What Django does at each request, for a loop or a worker thread, which has none: a connection
+    that failed (and no longer answers) or outlived CONN_MAX_AGE is closed, and the next query on a
+    kept one is health-checked first (CONN_HEALTH_CHECKS), so it goes to whichever node is primary."""
     close_old_connections()
 
 
