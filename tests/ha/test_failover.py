@@ -112,12 +112,16 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
 
         probe = threading.Thread(target=_probe, args=(f"{base}/api/v1/jobs/before-switch", token, answers, stop))
         probe.start()
+        gateway_answers: list = []
+        gateway_probe = threading.Thread(target=_probe_gateway, args=(mcp, token, gateway_answers, stop))
+        gateway_probe.start()
         wait_for(lambda: answers, timeout=30, message="the probe's first answer")
         old = patroni.kill_primary()
         new = patroni.wait_for_primary(timeout=90, other_than=old)
         wait_for(lambda: answers and answers[-1][0] == 200, timeout=60, message="the API to answer 200 again")
         stop.set()
         probe.join(10)
+        gateway_probe.join(10)
 
         # Nothing was restarted: each process found the new primary by itself.
         for name, process in processes.items():
@@ -134,6 +138,9 @@ def test_every_process_goes_on_through_a_primary_switch_without_a_restart(patron
         assert unavailable, f"no answer while there was no primary was a 503: {statuses}"
         assert all(retry_after and int(retry_after) > 0 for retry_after in unavailable), answers
         assert set(statuses) <= {200, 503}, statuses
+        # The gateway checks each token in the ledger: 503 while there is no primary, never 500.
+        assert 500 not in gateway_answers and 503 in gateway_answers, gateway_answers
+        assert set(gateway_answers) <= {200, 503, None}, gateway_answers
         for loop in ("sweeper", "reconciler"):
             assert "the database answers again" in processes[loop].output(), processes[loop].output_tail(20)
         patroni.restart(old)
@@ -151,6 +158,12 @@ def _status(url: str) -> int | None:
         return refused.code
     except OSError:
         return None
+
+
+def _probe_gateway(url: str, token: str, answers: list, stop: threading.Event) -> None:
+    while not stop.is_set():
+        answers.append(_mcp_initialize(url, token))
+        stop.wait(0.2)
 
 
 def _mcp_initialize(url: str, token: str) -> int | None:
