@@ -1,6 +1,7 @@
 """One Patroni cluster per test module (chaos/ha.py): one etcd, PostgreSQL 15 nodes, free ports."""
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def start_patroni(nodes: int, *, synchronous: bool = False, **patroni):
         yield cluster
     finally:
         cluster.remove()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def reckon_env(cluster: PatroniCluster, **extra: str) -> dict:
