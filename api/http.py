@@ -18,6 +18,7 @@ from api import tokens
 from api.body import BodyRefused, check_declared_size, json_type
 from api.models import ALL
 from ledger.actions import UnknownAction, is_gateway_action
+from ledger.availability import RETRY_AFTER_S, database_unavailable, drop_broken_connections
 from ledger.services import (
     ClaimRefused,
     IdentityMismatch,
@@ -129,8 +130,23 @@ def invalid_fields(request: HttpRequest, exc: ValidationError) -> JsonResponse:
 
 
 def server_error(request: HttpRequest, exc: Exception) -> JsonResponse:
+    if database_unavailable(exc):  # a failover: nothing is known to have changed; ask again
+        log.warning("API %s %s: the database is unavailable (%s)", request.method, request.path, exc)
+        drop_broken_connections()
+        return database_unavailable_response()
     log.exception("API %s %s failed", request.method, request.path)
     return error_response(500, "server_error", "the server failed; the error is logged")
+
+
+def database_unavailable_response() -> JsonResponse:
+    """503 with Retry-After: the ledger's database has no primary right now (a failover, a restart).
+    Whether a write of this request committed is unknown: every write is a compare-and-set or
+    keyed by the job, so asking again is safe and tells."""
+    response = error_response(503, "database_unavailable",
+                              "the ledger's database is unavailable (a failover or a restart); whether this "
+                              "request's write committed is unknown: ask again, the same request, after Retry-After")
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 def _field_name(loc: tuple) -> str:

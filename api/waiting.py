@@ -153,10 +153,23 @@ class ClaimWaits:
                 waiter.wake()
 
 
+DJANGO_ONLY_OPTIONS = frozenset({"application_name", "prepare_threshold", "server_side_binding", "isolation_level",
+                                 "pool", "assume_role", "cursor_factory", "context", "connect_timeout"})
+
+
 def listener_conninfo() -> str:
     """The default database, as a libpq connection string of its own (not Django's connection)."""
-    settings = connections["default"].settings_dict
+    from django.conf import settings as django_settings
+
+    if django_settings.RECKON_DIRECT_DATABASE:  # past a transaction pooler, which cannot carry a LISTEN
+        settings = django_settings.RECKON_DIRECT_DATABASE
+    else:
+        settings = connections["default"].settings_dict
+    # DATABASE_URL's libpq parameters (target_session_attrs=read-write: LISTEN on the primary),
+    # not Django's or psycopg's own options.
+    libpq = {key: value for key, value in settings.get("OPTIONS", {}).items() if key not in DJANGO_ONLY_OPTIONS}
     return make_conninfo(
+        **libpq,
         dbname=settings["NAME"],
         user=settings["USER"] or None,
         password=settings["PASSWORD"] or None,

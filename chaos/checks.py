@@ -63,12 +63,15 @@ def recover(job_ids: list[str], *, timeout: float) -> float:
         time.sleep(0.2)  # recovery pacing, bounded by timeout
 
 
-def evaluate(result: RunResult, job_ids: list[str], sandbox) -> RunResult:
+def evaluate(result: RunResult, job_ids: list[str], sandbox, count_effects=None) -> RunResult:
+    """`count_effects(job)`: the effects the provider holds for a job (default: the HTTP sandbox's, by
+    the job's marker; a scenario with another provider, the SMTP sandbox, counts its own)."""
     jobs = list(Job.objects.filter(job_id__in=job_ids))
     result.jobs = len(jobs)
     result.lost_jobs = len(job_ids) - len(jobs) + sum(1 for job in jobs if job.status not in SETTLED)
     for job in jobs:
-        effects = sandbox.effects(marker=job.idempotency_key)["count"]
+        effects = (count_effects(job) if count_effects is not None
+                   else sandbox.effects(marker=job.idempotency_key)["count"])
         result.duplicate_effects += max(0, effects - 1)
         if job.status == JobStatus.SUCCEEDED and effects != 1:
             result.expectations.append(f"{job.job_id} succeeded with {effects} effects at the provider")

@@ -62,12 +62,17 @@ class Scenario:
     name = ""
     summary = ""
     recover_timeout = 60.0
+    needs_ha = False  # runs in an HaWorld (a Patroni cluster) instead of the single PostgreSQL
 
     def setup(self, world: World) -> None:
         """Start the workers this scenario's runs share."""
 
     def run(self, world: World, result: RunResult) -> list[str]:
         raise NotImplementedError
+
+    def count_effects(self, world: World, job: Job) -> int:
+        """The effects the provider holds for `job` (the HTTP sandbox's, by the job's marker)."""
+        return world.sandbox.effects(marker=job.idempotency_key)["count"]
 
 
 class CrashAtPoint(Scenario):
@@ -562,6 +567,135 @@ class ProviderInProgress409(Scenario):
         }
 
 
+class PrimaryFailover(Scenario):
+    """A Patroni cluster (chaos/ha.py) loses its primary under a mixed load of every sandbox action:
+    the primary's Patroni and its PostgreSQL are SIGKILLed; Patroni promotes the synchronous standby.
+    The deployment's own processes (a qcluster, the sweeper and reconciler loops, the watchdog, the
+    web server) are given the multi-host URL and are not restarted: each must reconnect by itself.
+    A probe asks the worker API throughout: while there is no primary it must answer 503 with
+    Retry-After, never 500."""
+
+    name = "primary_failover"
+    summary = ("the primary's Patroni and PostgreSQL SIGKILLed under a mixed load (the SMTP relay too) -> a replica promoted, "
+               "every process reconnects unrestarted, no duplicate, 503 + Retry-After meanwhile")
+    needs_ha = True
+    jobs = 24
+    recover_timeout = 120.0
+
+    def setup(self, world):
+        from django.conf import settings
+
+        from api.tokens import worker_token_create
+        from sandbox.smtp.testing import SmtpSandboxProcess
+
+        # The non-idempotent mail relay: smtp.send_mail through the SMTP sandbox (a resend is a
+        # second message), reconciled by its Message-ID marker.
+        self.smtp = SmtpSandboxProcess(world.workdir / "smtp.sqlite3").start()
+        world.workers.append(self.smtp)  # stopped with the scenario's processes
+        for name, value in self.smtp.settings.items():
+            setattr(settings, name, value)  # this process reconciles too
+        env = self.smtp.env
+        manage = [sys.executable, str(ROOT / "manage.py")]
+        self.loops = [world.worker(f"{self.name}-qcluster", workers=2, env=env),
+                      world.process(f"{self.name}-sweep", [*manage, "sweep_leases", "--loop", "--interval", "0.5"],
+                                    env),
+                      world.process(f"{self.name}-reconcile", [*manage, "reconcile", "--loop", "--interval", "0.5"],
+                                    env),
+                      world.process(f"{self.name}-watchdog", [*manage, "watchdog", "--loop", "--interval", "1"], env)]
+        self.url = world.web(f"{self.name}-web", env)
+        self.loops.append(world.workers[-1])
+        self.token = worker_token_create(name=self.name, tenants=["chaos"], actions=["mail.send"]).token
+        for profile in ("chaos-social",):
+            world.sandbox.request("PUT", f"/_admin/profiles/{profile}", {"account": "chaos-brand", "session": "active"})
+
+    def _job(self, prefix: str, n: int) -> str:
+        kinds = [("mail.send", MAIL, {}), ("billing.create_invoice", _invoice(n), {}),
+                 ("social.publish_post", {"body": f"Release notes {n}"}, {"profile": "chaos-social",
+                                                                          "account": "chaos-brand"}),
+                 ("vault.rotate_credential", {"name": f"chaos-db-{n}"}, {}),
+                 ("smtp.send_mail", MAIL, {})]
+        action, payload, identity = kinds[n % len(kinds)]
+        job_id = f"{prefix}-{n}"
+        wait_until(lambda: enqueue_job(job_id=job_id, tenant="chaos", action=action, payload=payload,
+                                       identity=identity, actor="chaos"),
+                   timeout=60, interval=0.2, what=f"{job_id} to be enqueued (an agent retrying its key)")
+        return job_id
+
+    def count_effects(self, world, job):
+        if job.action == "smtp.send_mail":
+            return len(self.smtp.messages(marker=job.idempotency_key))
+        return super().count_effects(world, job)
+
+    def run(self, world, result):
+        import threading
+
+        prefix = f"{self.name}-{result.seed}-{result.run}"
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0.05, "max": 0.3}})
+        before = [self._job(prefix, n) for n in range(self.jobs)]
+        wait_until(lambda: Job.objects.filter(job_id__in=before, status=JobStatus.SUCCEEDED).count() >= 4,
+                   timeout=60, interval=0.1, what="the load to be under way")
+        answers, stop = [], threading.Event()
+        probe = threading.Thread(target=_probe_api, args=(f"{self.url}/api/v1/jobs/{before[0]}", self.token,
+                                                          answers, stop), daemon=True)
+        probe.start()
+        node = world.ha.kill_primary()
+        killed_at = time.time()  # every process of the old primary is dead: a later claim is the new one's
+        # The agents go on: new keys arrive while there is no primary (each retried until taken).
+        after = [self._job(f"{prefix}-after", n) for n in range(self.jobs // 2)]
+        first_claim = wait_until(lambda: _first_claim_after(killed_at), timeout=60, interval=0.1,
+                                 what="the first claim after the kill")
+        result.recover_seconds = recover(before + after, timeout=self.recover_timeout)
+        settled_at = time.time()
+        stop.set()
+        probe.join(10)
+        world.sandbox.request("PUT", "/_admin/faults", {"latency": {"min": 0, "max": 0}})
+        for loop in self.loops:
+            _expect(result, loop.running(), f"{loop.name} exited during the failover: {loop.output_tail(5)}")
+        statuses = [status for status, _ in answers]
+        _expect(result, 500 not in statuses, f"the API answered 500 during the failover: {statuses}")
+        unavailable = [retry for status, retry in answers if status == 503]
+        _expect(result, bool(unavailable) and all(unavailable),
+                f"no 503 with Retry-After while there was no primary: {sorted(set(statuses))}")
+        _expect(result, statuses[-1:] == [200], f"the API did not answer 200 again: {statuses[-5:]}")
+        result.figures = {
+            "kill_to_first_claim_s": round(first_claim - killed_at, 2),
+            "kill_to_all_settled_s": round(settled_at - killed_at, 2),
+            "api_503": len(unavailable), "api_500": statuses.count(500),
+            # How the jobs ended: a step the switch cut short went unknown and was looked up.
+            "went_unknown": LedgerEvent.objects.filter(job__job_id__in=before + after, kind__in=[
+                EventKind.OBSERVATION_LOST, EventKind.LEASE_EXPIRED_UNKNOWN]).values("job").distinct().count(),
+            "needs_operator": Job.objects.filter(job_id__in=before + after, status=JobStatus.NEEDS_OPERATOR).count(),
+        }
+        world.ha.restart(node)  # the next run has every node again
+        return before + after
+
+
+def _first_claim_after(moment: float) -> float | None:
+    """The database time of the first claim whose transaction began after `moment` (an epoch)."""
+    from datetime import UTC, datetime
+
+    first = (LedgerEvent.objects.filter(kind=EventKind.CLAIMED, at__gt=datetime.fromtimestamp(moment, UTC))
+             .order_by("at").values_list("at", flat=True).first())
+    return first.timestamp() if first else None
+
+
+def _probe_api(url: str, token: str, answers: list, stop) -> None:
+    """GET `url` every 0.2 s until `stop`: (status, has Retry-After) per answer."""
+    import urllib.error
+    import urllib.request
+
+    while not stop.is_set():
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:  # nosec B310  # our own server's http:// URL
+                answers.append((answer.status, bool(answer.headers.get("Retry-After"))))
+        except urllib.error.HTTPError as refused:
+            answers.append((refused.code, bool(refused.headers.get("Retry-After"))))
+        except OSError:
+            pass  # no answer at all is not an answer
+        stop.wait(0.2)
+
+
 def _finished(job_ids: list[str]) -> bool:
     """Every job succeeded or failed: nothing running, unknown or waiting for a person."""
     done = Job.objects.filter(job_id__in=job_ids, status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED]).count()
@@ -570,8 +704,8 @@ def _finished(job_ids: list[str]) -> bool:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     CrashBeforeCall(), CrashDuringCall(), CrashAfterSuccess(), CrashAfterLocalWrite(), DuplicateDelivery(),
-    SlowWorkerLeaseExpiry(), StateStoreRestore(), RestoreForgetsNewJobs(), PostgresKilled(), RandomKills(), ExternalWorkerKilled(),
-    BatchedWorkerKilled(), WebhookReconcilerDown(), ProviderInProgress409(),
+    SlowWorkerLeaseExpiry(), StateStoreRestore(), RestoreForgetsNewJobs(), PostgresKilled(), RandomKills(),
+    ExternalWorkerKilled(), BatchedWorkerKilled(), WebhookReconcilerDown(), ProviderInProgress409(), PrimaryFailover(),
 )}
 
 
@@ -587,7 +721,7 @@ def run_scenario(world: World, scenario: Scenario, *, runs: int, seed: int) -> l
             except Exception as exc:  # a scenario that breaks is a failed run, with its reason
                 result.error = f"{type(exc).__name__}: {exc}"
             if job_ids:
-                evaluate(result, job_ids, world.sandbox)
+                evaluate(result, job_ids, world.sandbox, lambda job: scenario.count_effects(world, job))
             results.append(result)
     finally:
         world.stop_workers()

@@ -17,7 +17,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connections
 
+from chaos.ha import PatroniCluster
 from config import processes
+from config.database_url import database_from_url
 from config.localdb import Cluster
 from config.processes import free_port
 from ledger.actions import declared_action, load_action_modules
@@ -87,7 +89,7 @@ class World:
         self.actions_file.write_text(EXTERNAL_ACTIONS.format(lease_ttl=self.LEASE_TTL))
         if declared_action(EXTERNAL_ACTION) is None:
             load_actions_file(self.actions_file, required=True)
-        self.cluster.ensure(self.database)
+        self._start_database()
         self._point_django_here()
         from django.core.management import call_command
 
@@ -101,14 +103,20 @@ class World:
         settings.RECKON_REDISPATCH_AFTER_S = self.REDISPATCH_AFTER
         return self
 
+    def _start_database(self) -> None:
+        self.cluster.ensure(self.database)
+
     def _point_django_here(self) -> None:
         """This process's ORM talks to the scratch database from now on (nothing ran before)."""
         connections.close_all()
         connections["default"].settings_dict.update(self.cluster.settings(self.database))
 
+    def database_url(self) -> str:
+        return self.cluster.url(self.database)
+
     def env(self) -> dict:
         return {
-            "DATABASE_URL": self.cluster.url(self.database),
+            "DATABASE_URL": self.database_url(),
             "RECKON_ACTION_MODULES": ",".join(dict.fromkeys([*settings.RECKON_ACTION_MODULES,
                                                              settings.RECKON_DEMO_ACTION_MODULE])),
             **{f"RECKON_{n}_URL": self.sandbox.url for n in ("SANDBOX", "BILLING", "MAIL", "PUBLISH", "VAULT")},
@@ -169,14 +177,17 @@ class World:
         self.stop_workers()
         self.sandbox.stop()
         connections.close_all()
+        self._stop_database()
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop_database(self) -> None:
         try:
             self.cluster.stop()
         except Exception:
             pid = self.cluster.postmaster_pid()
             if pid:
                 os.kill(pid, signal.SIGKILL)
-        if not keep:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # --- faults --------------------------------------------------------------------------
 
@@ -230,3 +241,31 @@ def kill(pid: int) -> None:
     except ProcessLookupError:
         pass
     wait_until(lambda: _state(pid) in (None, "Z"), timeout=10, what=f"process {pid} to die")
+
+
+class HaWorld(World):
+    """The same world on highly available PostgreSQL: a Patroni cluster (chaos/ha.py) of `nodes`
+    nodes, every process given the multi-host URL. Synchronous mode by default: Patroni promotes
+    only the synchronous standby, so a failover loses no acknowledged commit."""
+
+    def __init__(self, workdir: Path | None = None, *, nodes: int = 3, synchronous: bool = True):
+        super().__init__(workdir, prefix="reckon-chaos-ha-")
+        self.ha = PatroniCluster(self.workdir / "ha", nodes=nodes, database=self.database, synchronous=synchronous)
+
+    def _start_database(self) -> None:
+        self.ha.start()
+
+    def _point_django_here(self) -> None:
+        connections.close_all()
+        database = database_from_url(self.ha.url())
+        options = {**connections["default"].settings_dict.get("OPTIONS", {}), **database.pop("OPTIONS", {})}
+        connections["default"].settings_dict.update({**database, "OPTIONS": options})
+
+    def database_url(self) -> str:
+        return self.ha.url()
+
+    def _stop_database(self) -> None:
+        self.ha.stop()
+
+    def kill_postgres(self) -> None:
+        raise NotImplementedError("an HA world kills its primary: world.ha.kill_primary()")

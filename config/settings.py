@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from config.database_url import database_from_url
 from config.env import (
     Bool,
     Float,
@@ -53,21 +53,6 @@ HARNESS = "Fault points, tests and benchmarks"
 ALERTS = "Alerts"
 SIGN_IN = "Sign-in: identity providers (OpenID Connect) and break-glass accounts"
 HISTORY = "History: partitions, retention and archives"
-
-
-def database_from_url(url: str) -> dict:
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(
-            f"DATABASE_URL must be a postgresql:// URL (Reckon needs PostgreSQL), got {parts.scheme!r}"
-        )
-    return {
-        "NAME": unquote(parts.path.lstrip("/")) or "reckon",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-    }
 
 
 # Django's own rule for a strong key (check security.W009): at least 50 characters, at least 5
@@ -164,6 +149,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # The console's own "Not found", with debug on too (Django's lists every URL pattern).
     "console.not_found.OwnNotFoundPage",
+    # A view that met a database without a primary answers 503 with Retry-After (a failover).
+    "config.unavailable.DatabaseUnavailable",
     # Last, as django-axes asks: it turns a locked-out login into the locked-out page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -208,6 +195,16 @@ else:
     # Nothing starts here: the embedded backend starts the cluster on the first connection.
     _database = {"ENGINE": "config.embedded_db", **connection_settings()}
 
+# Behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) a server session is
+# shared between transactions: nothing may outlive one. So no server-side prepared statements
+# (PgBouncer before 1.21 loses them), no server-side cursors (Django's WITH HOLD cursors), and the
+# claims listener's LISTEN goes to RECKON_DIRECT_DATABASE_URL (docs/deploying/high-availability.md).
+RECKON_DATABASE_POOLED = setting("RECKON_DATABASE_POOLED", False, Bool, "DATABASE_URL goes through a connection pooler in transaction mode (PgBouncer `pool_mode = transaction`): prepared statements and server-side cursors are turned off, and the web processes LISTEN through RECKON_DIRECT_DATABASE_URL. `check --deploy` warns when that is unset.", group=DATABASE)
+RECKON_DIRECT_DATABASE_URL = setting("RECKON_DIRECT_DATABASE_URL", "", Str, "The database without the pooler (the same multi-host URL as DATABASE_URL would be), for the one session a transaction pooler cannot carry: each web process's LISTEN that wakes waiting claims. Unset: the claims listener uses DATABASE_URL.", group=DATABASE, example="postgresql://reckon:secret@db1:5432,db2:5432/reckon?target_session_attrs=read-write", secret=True)
+# Parsed here, as DATABASE_URL is: the claims listener (api/waiting.py) connects with these settings.
+RECKON_DIRECT_DATABASE = database_from_url(RECKON_DIRECT_DATABASE_URL) if RECKON_DIRECT_DATABASE_URL else None
+_PREPARE = setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21); RECKON_DATABASE_POOLED turns it off too.", group=DATABASE)
+
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
@@ -217,11 +214,14 @@ DATABASES = {
         # Which process holds a session, visible in pg_stat_activity.
         "OPTIONS": {
             "application_name": f"reckon:{os.getpid()}",
+            # DATABASE_URL's own parameters (target_session_attrs=read-write, sslmode...) win.
+            **_database.pop("OPTIONS", {}),
             # Statements bound server-side (only the worker steps' calls; Django binds the rest on
             # the client) are prepared after 5 runs on a connection. RECKON_DB_PREPARE=false turns
             # this off behind a connection pooler that cannot keep prepared statements.
-            "prepare_threshold": 5 if setting("RECKON_DB_PREPARE", True, Bool, "Prepare the worker steps' statements server-side. Set false behind a pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21).", group=DATABASE) else None,
+            "prepare_threshold": 5 if _PREPARE and not RECKON_DATABASE_POOLED else None,
         },
+        "DISABLE_SERVER_SIDE_CURSORS": RECKON_DATABASE_POOLED,
         "TEST": {"NAME": setting("RECKON_TEST_DATABASE", None, Str, "The test database's name (default: test_ plus the database name); the harnesses give each run its own.", group=HARNESS, internal=True)},
     }
 }

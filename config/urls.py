@@ -8,6 +8,7 @@ from django.urls import include, path
 from django.views.decorators.http import require_GET
 
 from api.metrics import metrics
+from config import unavailable
 from sso.views import SignInView, break_glass_code, provider_login
 
 
@@ -37,3 +38,6 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("", include("console.urls")),
 ]
+
+# An outage of the database answers 503 with Retry-After, not 500 (config/unavailable.py).
+handler500 = unavailable.server_error

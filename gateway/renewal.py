@@ -20,6 +20,7 @@ from anyio import to_thread
 from django.conf import settings
 
 from gateway import calls
+from ledger.availability import drop_broken_connections
 
 logger = logging.getLogger("reckon.gateway")
 T = TypeVar("T")
@@ -42,12 +43,22 @@ async def while_renewed(go: calls.Go, work: Callable[[], Awaitable[T]]) -> T:
     return result
 
 
+async def in_thread(step):
+    """`step()` in a worker thread, on a database connection that works: a thread's connection that
+    broke (a failover) is dropped first, as Django does at each request, which a worker thread has not."""
+    def fresh():
+        drop_broken_connections()
+        return step()
+
+    return await to_thread.run_sync(fresh)
+
+
 async def _keep_renewed(go: calls.Go) -> None:
     every = settings.RECKON_MCP_GATEWAY_LEASE_S / 3
     while True:
         await anyio.sleep(every)
         try:
-            renewed = await to_thread.run_sync(calls.renew_call, go)
+            renewed = await in_thread(lambda: calls.renew_call(go))
         except Exception as exc:  # the database is away: try again; past the lease the call is unknown
             logger.warning("job %s: lease not renewed (%s: %s); trying again in %g s",
                            go.job_id, type(exc).__name__, exc, every)

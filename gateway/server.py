@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 
 import anyio
 import mcp_types as types
-from anyio import to_thread
 from django.conf import settings
 from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -28,10 +27,21 @@ from gateway import calls, handshakes, limits
 from gateway import upstream as upstreams
 from gateway.config import ToolPolicy, get_upstream, policy_named
 from gateway.config import upstreams as declared_upstreams
-from gateway.renewal import while_renewed
+from gateway.renewal import in_thread, while_renewed
+from ledger.availability import RETRY_AFTER_S, database_unavailable
 
 logger = logging.getLogger("reckon.gateway")
 CONFIG_HINT = "declare it in the actions file (RECKON_ACTIONS_FILE) under [mcp.upstreams.tools.<tool>]"
+
+
+# What the agent is told when the ledger's database has no primary (a failover): per step, what is
+# known. Before the upstream was called nothing happened; after, the effect may have happened and
+# the ledger will find out (the lease runs out: unknown, then the gateway's reconciler looks).
+LEDGER_AWAY_BEFORE = ("the ledger's database is unavailable (a failover or a restart): the tool was not called. "
+                      "Call it again with the same arguments in a few seconds.")
+LEDGER_AWAY_AFTER = ("the tool answered, but the ledger's database became unavailable before the answer was "
+                     "recorded: the outcome is unknown to Reckon until it is looked up. Call again with the same "
+                     "arguments: the same call is answered from the ledger, never run twice blind.")
 
 
 def _token(ctx):
@@ -150,10 +160,14 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
         except Exception as exc:
             return _result(calls.Answer.saying(f"{policy.listed_name} did not answer: {type(exc).__name__}: {exc}"))
     try:
-        opened = await to_thread.run_sync(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
-                                                                  meta=meta, agent=agent, caller=caller))
+        opened = await in_thread(lambda: calls.open_call(token=token, policy=policy, arguments=arguments,
+                                                         meta=meta, agent=agent, caller=caller))
     except calls.Refused as exc:
         return _result(calls.Answer.saying(str(exc), job=exc.job))
+    except Exception as exc:
+        if database_unavailable(exc):
+            return _result(calls.Answer.saying(LEDGER_AWAY_BEFORE))
+        raise
     if isinstance(opened, calls.Answer):
         return _result(opened)
     try:
@@ -167,12 +181,22 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
         raise
     except Exception as exc:  # a dropped connection proves nothing either
         return _result(await _lose(opened, f"{policy.name}: no answer: {type(exc).__name__}: {exc}"))
-    return _result(await to_thread.run_sync(lambda: calls.close_call(opened, result)))
+    try:
+        return _result(await in_thread(lambda: calls.close_call(opened, result)))
+    except Exception as exc:
+        if database_unavailable(exc):
+            return _result(calls.Answer.saying(LEDGER_AWAY_AFTER, **{"reckon/job": opened.job_id}))
+        raise
 
 
 async def _lose(opened: calls.Go, reason: str) -> calls.Answer:
     with anyio.CancelScope(shield=True):  # recorded even when the request is being cancelled
-        return await to_thread.run_sync(lambda: calls.lose_call(opened, reason))
+        try:
+            return await in_thread(lambda: calls.lose_call(opened, reason))
+        except Exception as exc:
+            if database_unavailable(exc):  # not recorded: the lease runs out and says unknown
+                return calls.Answer.saying(LEDGER_AWAY_AFTER, **{"reckon/job": opened.job_id})
+            raise
 
 
 def _result(answer: calls.Answer) -> types.CallToolResult:
@@ -219,7 +243,15 @@ class BearerTokens:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        token = await to_thread.run_sync(authenticate, headers.get("authorization", ""))
+        try:
+            token = await in_thread(lambda: authenticate(headers.get("authorization", "")))
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            response = JSONResponse({"error": "the ledger's database is unavailable (a failover or a restart): "
+                                              "ask again after Retry-After"},
+                                    status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+            return await response(scope, receive, send)
         if token is None:
             response = JSONResponse({"error": "a worker token is required: Authorization: Bearer rk_…"},
                                     status_code=401, headers={"WWW-Authenticate": "Bearer"})

@@ -167,6 +167,7 @@ LONGEST_FIRST = (
     "tests/bench/test_bench_quick.py",
     "tests/chaos/test_matrix.py",
     "tests/deploy/test_install.py",  # a fresh environment with the wheel installed
+    "tests/ha/test_failover.py",  # a Patroni cluster, a failover under six processes (about 100 s)
     "tests/api/test_live.py",  # Schemathesis, three runs
     "tests/browser/test_accessibility.py",  # every page for four roles, busy and empty, under axe
     "tests/docs/test_pages.py",

@@ -2,6 +2,7 @@
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -227,3 +228,37 @@ def test_a_connection_pointed_at_another_cluster_keeps_its_own_password():
     assert localdb.password_for("127.0.0.1", free_port()) is None
     assert localdb.password_for("db.internal", localdb.default_cluster().port) is None
     assert localdb.password_for("127.0.0.1", localdb.default_cluster().port) == localdb.default_cluster().password()
+
+
+def test_a_multi_host_database_url_gives_libpq_every_host_and_its_parameters():
+    assert database_from_url(
+        "postgresql://app:pw@db1:5432,db2:5433,[::1]:5434/ledger?target_session_attrs=read-write&sslmode=prefer"
+    ) == {"NAME": "ledger", "USER": "app", "PASSWORD": "pw", "HOST": "db1,db2,::1", "PORT": "5432,5433,5434",
+          "OPTIONS": {"target_session_attrs": "read-write", "sslmode": "prefer"}}
+    # One port for all, or the default for a host that names none (libpq wants one per host then).
+    assert database_from_url("postgresql://app@db1:6432,db2:6432/x")["PORT"] == "6432"
+    assert database_from_url("postgresql://app@db1,db2:6432/x")["PORT"] == "5432,6432"
+
+
+@pytest.mark.parametrize("url, says", [
+    ("postgresql://app@db1/x?target_session_atrs=read-write", 'invalid connection option "target_session_atrs"'),
+    ("postgresql://app@db1:54x2/x", "cannot read: 'db1:54x2'"),
+    ("postgresql://app@db1,:5432/x", "cannot read: ':5432'"),
+])
+def test_a_database_url_libpq_would_not_take_is_refused_with_the_reason(url, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        database_from_url(url)
+
+
+def test_check_deploy_warns_when_several_hosts_do_not_ask_for_the_primary():
+    hosts = "postgresql://reckon@127.0.0.1:1,127.0.0.1:2/reckon"  # nothing listens: only the URL is read
+    assert "config.W003" in _deploy_warnings(hosts)
+    assert "config.W003" not in _deploy_warnings(hosts + "?target_session_attrs=read-write")
+
+
+def _deploy_warnings(database_url: str) -> str:
+    from tests.processes import manage
+
+    done = manage("check", "--deploy", env={**os.environ, "DATABASE_URL": database_url + (
+        "&" if "?" in database_url else "?") + "connect_timeout=1"})
+    return done.stdout + done.stderr

@@ -26,6 +26,8 @@ The convention: the line before each fenced block is `<!-- check: KIND -->`, one
   framework's code): it must parse as its language says (`python`, `json`, `toml`, `yaml`, `sh`, `js`).
 - `prometheus-scrape`: a Prometheus scrape job: it reads the path `/metrics` is served at, with a
   bearer token, as `/metrics` asks with debug off.
+- `ha-run`: a block of docs/deploying/high-availability.md's "Try it on one machine", run in order
+  by tests/docs/test_high_availability.py (a Patroni cluster of its own).
 - `mcp-json`: Claude Code's `.mcp.json` (docs/agents/frameworks/claude-code.md): its server's
   tool names, with Claude Code's prefix, fit the model APIs' pattern (tests/frameworks/test_names.py).
 - `mcp-client-config`: an MCP client's configuration (JSON): it points at the gateway `make run`
@@ -71,7 +73,7 @@ README_URL = "http://127.0.0.1:8000"
 GATEWAY_URL = "http://127.0.0.1:8300"
 CHECK = re.compile(r"^<!-- check: ([a-z-]+) -->$")
 KINDS = {"run", "output", "make-targets", "actions-toml", "python-action", "python-webhook", "diagram", "drawing",
-         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape", "syntax", "mcp-json"}
+         "layers", "chaos-table", "mcp-client-config", "oidc-env", "prometheus-scrape", "syntax", "mcp-json", "ha-run"}
 STATE = "reckon-page-state.sh"
 # What `make run` links to in the scratch folder: enough for the Makefile, manage.py and the examples.
 LINKED = ("Makefile", "pyproject.toml", "clients", "manage.py", ".venv", "examples")

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from alerts.evaluate import channels_configured, evaluate_alerts
+from ledger.availability import Outage, through_outage
 
 
 class Command(BaseCommand):
@@ -24,8 +25,9 @@ class Command(BaseCommand):
                               "recorded for the console's alerts page, nothing is sent")
         if loop:
             self.stdout.write(f"evaluating the alert conditions every {interval} s")
+        outage = Outage("watchdog")  # a failover: the loop waits it out, it does not exit
         while True:
-            for notified in evaluate_alerts():
+            for notified in (through_outage(evaluate_alerts, outage) or []) if loop else evaluate_alerts():
                 self.stdout.write(f"{'FIRING' if notified.firing else 'RESOLVED'} {notified.condition}: "
                                   f"sent by {', '.join(notified.channels) or 'no channel'}")
             self.stdout.flush()

@@ -7,8 +7,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from chaos.checks import RunResult
+from chaos.ha import missing_programs
 from chaos.scenarios import SCENARIOS, ProviderInProgress409, run_scenario
-from chaos.world import World
+from chaos.world import HaWorld, World
 from config.processes import stop_like_ctrl_c
 
 
@@ -41,13 +42,33 @@ class Command(BaseCommand):
         names = scenario or list(SCENARIOS)
         stop_like_ctrl_c()  # the finally below tears the world down
         logging.getLogger("django-q").setLevel(logging.WARNING)  # one line per enqueue drowns the table
-        world = World().start()
-        self.stdout.write(f"scratch world in {world.workdir} (PostgreSQL on port {world.cluster.port}, "
-                          f"sandbox at {world.sandbox.url}); seed {seed}")
+        single = [name for name in names if not SCENARIOS[name].needs_ha]
+        on_ha = [name for name in names if SCENARIOS[name].needs_ha]
         started = time.monotonic()
         results: list[RunResult] = []
+        # The scenarios of a highly available PostgreSQL run in a world of their own: a Patroni cluster.
+        if on_ha:
+            if missing := missing_programs():
+                raise CommandError(f"{', '.join(on_ha)} need Debian's {' and '.join(missing)} "
+                                   f"(apt-get install {' '.join(missing)})")
+            ha_world = HaWorld()
+            try:
+                ha_world.start()
+                self.stdout.write(f"HA world in {ha_world.workdir} (Patroni, {len(ha_world.ha.nodes)} nodes: "
+                                  f"{ha_world.ha.hosts()}; sandbox at {ha_world.sandbox.url}); seed {seed}")
+                for name in on_ha:
+                    begun = time.monotonic()
+                    runs = run_scenario(ha_world, SCENARIOS[name], runs=runs_per_point, seed=seed)
+                    results += runs
+                    self._progress(name, runs, time.monotonic() - begun)
+            finally:
+                ha_world.close(keep=keep)
+        world = World().start() if single or random_minutes else None
+        if world is not None:
+            self.stdout.write(f"scratch world in {world.workdir} (PostgreSQL on port {world.cluster.port}, "
+                              f"sandbox at {world.sandbox.url}); seed {seed}")
         try:
-            for name in names:
+            for name in single:
                 begun = time.monotonic()
                 runs = run_scenario(world, SCENARIOS[name], runs=runs_per_point, seed=seed)
                 results += runs
@@ -61,7 +82,8 @@ class Command(BaseCommand):
                 results += runs
                 self._progress("random_kills", runs, time.monotonic() - begun)
         finally:
-            world.close(keep=keep)
+            if world is not None:
+                world.close(keep=keep)
         rows = summarise(results)
         self.stdout.write("\n" + table(rows))
         self.stdout.write(f"\n{len(results)} runs in {time.monotonic() - started:.0f} s, seed {seed}")

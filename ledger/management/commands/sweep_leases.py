@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from ledger.availability import Outage, through_outage
 from ledger.cluster import cluster_problem
 from ledger.loops import beating
 from ledger.services import sweep_expired_leases
@@ -18,24 +19,29 @@ class Command(BaseCommand):
 
     def handle(self, *args, loop, interval, **options):
         if not loop:
-            self._sweep(loop=False)
+            self._sweep(sweep_expired_leases(), loop=False)
             return
         self.stdout.write(f"sweeping expired leases every {interval} s")
+        outage = Outage("sweeper")  # a failover: the loop waits it out, it does not exit
         with beating("sweeper", interval=interval) as beat:
             while True:
-                self._sweep(loop=True)
-                beat()  # this process's own pass: the stalled-loop alert watches it
+                started = time.monotonic()
+                result = through_outage(sweep_expired_leases, outage)
+                if result is not None:
+                    self._sweep(result, loop=True, started=started, outage=outage)
+                    through_outage(beat, outage)  # this process's own pass: the stalled-loop alert watches it
                 close_old_connections()
                 time.sleep(interval)  # the loop's pacing, not synchronisation
 
     missing_cluster: str | None = None
 
-    def _sweep(self, *, loop: bool) -> None:
-        started = time.monotonic()
-        result = sweep_expired_leases()
-        if loop and (problem := cluster_problem()) != self.missing_cluster:  # said when it starts and ends
-            self.stderr.write(f"warning: {problem}" if problem else "a qcluster runs the schedules again")
-            self.missing_cluster = problem
+    def _sweep(self, result, *, loop: bool, started: float | None = None, outage: Outage | None = None) -> None:
+        started = time.monotonic() if started is None else started
+        if loop:
+            problem = through_outage(cluster_problem, outage)
+            if problem != self.missing_cluster:  # said when it starts and ends
+                self.stderr.write(f"warning: {problem}" if problem else "a qcluster runs the schedules again")
+                self.missing_cluster = problem
         if result.total or not loop:
             self.stdout.write(
                 f"swept {result.total} expired lease(s) in "

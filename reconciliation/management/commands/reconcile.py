@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from ledger.availability import Outage, through_outage
 from ledger.declarations import reconciler_problems
 from ledger.loops import beating
 from reconciliation.passes import reconcile_until_idle
@@ -28,19 +29,21 @@ class Command(BaseCommand):
         if problems := reconciler_problems():
             raise CommandError("\n".join(problems))
         if not loop:
-            self._pass(limit, loop=False)
+            self._pass(reconcile_until_idle(limit=limit), time.monotonic(), loop=False)
             return
         self.stdout.write(f"reconciling unknown work every {interval} s")
+        outage = Outage("reconciler")  # a failover: the loop waits it out, it does not exit
         with beating("reconciler", interval=interval) as beat:
             while True:
-                self._pass(limit, loop=True)
-                beat()  # this process's own pass: the stalled-loop alert watches it
+                started = time.monotonic()
+                decisions = through_outage(lambda: reconcile_until_idle(limit=limit), outage)
+                if decisions is not None:
+                    self._pass(decisions, started, loop=True)
+                    through_outage(beat, outage)  # this process's own pass: the stalled-loop alert watches it
                 close_old_connections()
                 time.sleep(interval)  # the loop's pacing, not synchronisation
 
-    def _pass(self, limit: int, *, loop: bool) -> None:
-        started = time.monotonic()
-        decisions = reconcile_until_idle(limit=limit)
+    def _pass(self, decisions, started: float, *, loop: bool) -> None:
         for decision in decisions:
             self.stdout.write(str(decision))
         if decisions or not loop:
