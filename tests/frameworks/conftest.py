@@ -157,3 +157,29 @@ def run_vercel_ai(url: str, token: str, tool: str, *calls: dict) -> dict:
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def in_fresh_thread(work):
+    """`work()` on a thread of its own, its result or its exception: an agent's run starts its own
+    event loop (asyncio.run, run_sync), which cannot start on a thread whose loop already runs, as
+    the main thread's does in a pytest worker that ran the browser tests (Playwright's sync API
+    keeps its loop there)."""
+    import threading
+
+    outcome = {}
+
+    def target():
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="agent-run")
+    thread.start()
+    thread.join(timeout=600)
+    if thread.is_alive():
+        raise TimeoutError("the agent's run did not end within 600 s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+

@@ -21,7 +21,7 @@ from pydantic_ai.models.function import FunctionModel
 from examples.frameworks.openai_agents_agent import reckon_agent as openai_agent
 from examples.frameworks.openai_agents_agent import reckon_server
 from examples.frameworks.pydantic_ai_agent import reckon_agent as pydantic_agent
-from tests.frameworks.conftest import run_langgraph, run_vercel_ai
+from tests.frameworks.conftest import in_fresh_thread, run_langgraph, run_vercel_ai
 from tests.gateway.conftest import answers
 from tests.processes import ROOT, ManagedProcess, free_port, wait_for
 
@@ -77,13 +77,13 @@ def test_each_frameworks_client_declares_what_the_page_says(recorded, token):
     url, since = recorded
     page = PAGE.read_text()
 
-    pydantic_agent(FunctionModel(done), url, token).run_sync("hello", deps="work")
+    in_fresh_thread(lambda: pydantic_agent(FunctionModel(done), url, token).run_sync("hello", deps="work"))
     rows = {"pydantic-ai": declared(since())}
     asking = MCPToolset(url, headers={"Authorization": f"Bearer {token}"}, elicitation_handler=elicited)
     # It declares elicitation, and says it will never be asked: a 2026-07-28 session holds no
     # connection for the server's request.
     with pytest.warns(UserWarning, match="`elicitation_handler` will never be called"):
-        Agent(FunctionModel(done), toolsets=[asking]).run_sync("hello")
+        in_fresh_thread(lambda: Agent(FunctionModel(done), toolsets=[asking]).run_sync("hello"))
     rows["pydantic-ai with `elicitation_handler`"] = declared(since())
 
     async def openai_run():

@@ -15,7 +15,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from examples.frameworks.openai_agents_agent import reckon_agent, reckon_server
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import job_of, listed_name
+from tests.frameworks.conftest import in_fresh_thread, job_of, listed_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def run(model: ScriptedModel, server, work: str) -> tuple[str, list[str]]:
         async with server:
             return await Runner.run(reckon_agent(model, server), "do the work", context=work)
 
-    result = asyncio.run(go())
+    result = in_fresh_thread(lambda: asyncio.run(go()))
     return result.final_output, [str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
 
 

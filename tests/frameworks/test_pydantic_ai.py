@@ -22,7 +22,7 @@ from approvals.services import approve
 from examples.frameworks.pydantic_ai_agent import reckon_agent
 from ledger.states import JobStatus
 from tests.conftest import event_kinds
-from tests.frameworks.conftest import job_of, listed_name
+from tests.frameworks.conftest import in_fresh_thread, job_of, listed_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def test_it_runs_the_call_once_and_the_same_call_again_is_answered_from_the_ledg
     arguments = {"title": title, "body": "hello"}
     agent = reckon_agent(calling(tool, arguments, arguments), gateway.url, token)
 
-    run = agent.run_sync("write the note, then again", deps=f"work-{title}")
+    run = in_fresh_thread(lambda: agent.run_sync("write the note, then again", deps=f"work-{title}"))
 
     assert run.output == "done"
     first, again = told(run.all_messages())
@@ -66,7 +66,7 @@ def test_the_key_sent_in_meta_makes_a_second_call_a_replay(gateway, upstream, to
     arguments = {"title": title, "body": "keyed"}
     agent = reckon_agent(calling(tool, arguments), gateway.url, token)
 
-    runs = [agent.run_sync("write the note", deps=f"order-{title}") for _ in range(2)]  # the work run twice
+    runs = [in_fresh_thread(lambda: agent.run_sync("write the note", deps=f"order-{title}")) for _ in range(2)]  # the work run twice
 
     # Without the key the gateway refuses this tool: both succeeding says it was sent.
     assert [told(run.all_messages())[0][0] for run in runs] == ["success", "success"]
@@ -81,7 +81,7 @@ def test_an_unknown_call_called_again_by_the_model_is_not_repeated_and_the_run_e
     agent = reckon_agent(calling(tool, arguments, arguments), gateway.url, token)
 
     try:
-        run = agent.run_sync("write the note; call again if it fails", deps=f"work-{title}")
+        run = in_fresh_thread(lambda: agent.run_sync("write the note; call again if it fails", deps=f"work-{title}"))
     finally:
         upstream.drop(title)
 
@@ -99,7 +99,7 @@ def test_a_held_call_is_told_to_the_model_stays_held_and_runs_once_a_second_pers
     arguments = {"title": title, "body": "pay"}
     agent = reckon_agent(calling(tool, arguments, arguments), gateway.url, token)
 
-    run = agent.run_sync("pay; call again once approved", deps=f"work-{title}")
+    run = in_fresh_thread(lambda: agent.run_sync("pay; call again once approved", deps=f"work-{title}"))
 
     answers = told(run.all_messages())
     assert [outcome for outcome, _ in answers] == ["failed", "failed"]
@@ -107,7 +107,7 @@ def test_a_held_call_is_told_to_the_model_stays_held_and_runs_once_a_second_pers
     assert upstream.notes(title) == 0 and job_of(title).status == JobStatus.AWAITING_APPROVAL
 
     approve(request_id=ApprovalRequest.objects.get(job=job_of(title)).pk, user=approver, note="checked: pay")
-    run = reckon_agent(calling(tool, arguments, arguments), gateway.url, token).run_sync("pay", deps=f"work-{title}")
+    run = in_fresh_thread(lambda: reckon_agent(calling(tool, arguments, arguments), gateway.url, token).run_sync("pay", deps=f"work-{title}"))
 
     [(ran, first), (again, second)] = told(run.all_messages())
     assert ran == again == "success" and title in first and first == second
@@ -123,6 +123,6 @@ def test_with_pydantic_ais_defaults_calling_again_as_the_gateway_advises_ends_th
     agent = Agent(calling(tool, arguments, arguments), toolsets=[defaults])
 
     with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
-        agent.run_sync("pay; call again once approved")
+        in_fresh_thread(lambda: agent.run_sync("pay; call again once approved"))
 
     assert upstream.notes(title) == 0 and job_of(title).status == JobStatus.AWAITING_APPROVAL

@@ -74,6 +74,10 @@ class Command(BaseCommand):
                                "extra, pinned in pyproject.toml (`pip install -e '.[test,bench,docs]'`, as make test does)")
         stop_like_ctrl_c()  # the finally below closes the world (its cluster, sandbox and servers)
         world = World(prefix="reckon-bench-").start()
+        # The world's workers watch their ledger; this process does not (but in the rewind section,
+        # which measures the watch on and off): the scale section copies the database as a template,
+        # which ends every session on it, the watch's heartbeat connection included.
+        settings.RECKON_LEDGER_WATCH = False
         report = {"machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
                   "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         try:
