@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import override_settings
 
-from alerts.models import AlertEvent
+from alerts.models import AlertCondition, AlertEvent, AlertState
 from approvals.models import ApprovalRequest
 from ledger.models import Job, LedgerEvent
 from reconciliation import decisions
@@ -207,6 +207,8 @@ def _post(name: str, tenant: str):
     if name == "job_hold":
         return f"/jobs/{job}/hold/", {"hold": "take"}, "operator", lambda: Job.objects.get(job_id=job).holder
     if name == "alert_act":  # an alert speaks for every tenant: only an operator of all of them
+        # Only a firing alert has an incident to silence (issue 44): this one fires.
+        AlertState.objects.update_or_create(condition=AlertCondition.UNKNOWN_TOO_OLD, defaults={"firing": True})
         return ("/alerts/unknown_too_old/act/", {"action": "silence", "hours": "1", "note": "maintenance"}, (),
                 lambda: AlertEvent.objects.count())
     if name == "job_comment":  # operators and approvers alike

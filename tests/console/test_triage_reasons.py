@@ -79,8 +79,9 @@ def test_the_queue_stays_one_query_for_all_the_reasons(client, operator, django_
             services.claim_job(job_id=f"inv-{n}", worker="w2")
     client.force_login(operator)
     # session + user, roles, counts, one page of jobs, their latest attempts, their latest telling
-    # events, their holds' reasons and last comments, and how many jobs the filter matches ("Select all")
-    with django_assert_max_num_queries(9):
+    # events, their holds' reasons and last comments, how many jobs the filter matches ("Select all"),
+    # and the navigation's count of firing alerts
+    with django_assert_max_num_queries(10):
         html = client.get("/queue/?tab=reconciling&size=100").content.decode()
     assert html.count("connection dropped after the request was sent") == 30  # not the refusal
 
@@ -191,7 +192,8 @@ def test_the_job_page_reads_the_latest_attempt_once_not_once_per_decision(
     make_operator_job("vault-1")
     make_operator_job("vault-2")
     client.force_login(operator)
-    # session + user, roles, the job, attempts, events, checks, approvals, the chain check, the next job
-    with django_assert_max_num_queries(10):
+    # session + user, roles, the job, attempts, events, checks, approvals, the chain check, the next job,
+    # the navigation's count of firing alerts
+    with django_assert_max_num_queries(11):
         html = client.get("/jobs/vault-1/").content.decode()
     assert 'value="confirm_effect"' in html and "data-decision-result" not in html  # no decision yet: no result block

@@ -90,7 +90,7 @@ def test_each_frameworks_client_declares_what_the_page_says(recorded, token):
         async with reckon_server(url, token) as server:
             await Runner.run(openai_agent(ScriptedModel([[assistant_message("done")]]), server), "hello")
 
-    asyncio.run(openai_run())
+    in_fresh_thread(lambda: asyncio.run(openai_run()))
     rows["OpenAI Agents SDK"] = declared(since())
     run_langgraph(url, token, "none")
     rows["LangGraph (langchain-mcp-adapters)"] = declared(since())
