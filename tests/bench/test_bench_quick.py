@@ -108,4 +108,4 @@ def test_the_quick_benchmark_measures_every_section(tmp_path):
                                       "mcp_added_over_passthrough_and_journal_ms_at_1", "mcp_journal_p50_ms",
                                       "mcp_ratio_at_4", "batch_http_ratio_at_4", "peers_agent_once_ratio_at_4",
                                       "peers_pgbench_ratio_at_4", "retention_cycle_ratio",
-                                      "history_page_growth"}
+                                      "history_page_growth", "ledger_watch_cycle_cost_at_4"}

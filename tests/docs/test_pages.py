@@ -375,7 +375,10 @@ def test_every_command_of_every_page_runs_as_written_beside_make_run(tmp_path):
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "LANG": "C.UTF-8",
            "DATABASE_URL": database_url_of_tests(), "RECKON_SANDBOX_URL": f"http://127.0.0.1:{free_port()}",
            "RECKON_SMTP_PORT": str(free_port()), "RECKON_SMTP_LOOKUP_URL": f"http://127.0.0.1:{free_port()}",
-           "RECKON_MCP_GATEWAY_URL": f"{gateway}/mcp"}
+           "RECKON_MCP_GATEWAY_URL": f"{gateway}/mcp",
+           # A new host, as a new user's is: the ledger watch's memory of this checkout's earlier runs
+           # (on a test database made anew since) would rightly read the fresh ledger as history lost.
+           "RECKON_LEDGER_WATCH_DIR": str(tmp_path / "ledger-watch")}
     stack, stack_env, first_start, children, ran = None, None, None, {}, 0
     try:
         for page in pages():
