@@ -41,10 +41,11 @@ $(OIDC_PROVIDER): tests/oidc/package.json tests/oidc/package-lock.json
 
 # LangGraph's agent (tests/frameworks/test_langgraph.py) in an environment of its own: its MCP adapter
 # requires mcp<2, the server pins 2.3.0 (tests/frameworks/langgraph/requirements.txt, pinned).
-LANGGRAPH := tests/frameworks/langgraph/.venv/.installed
+LANGGRAPH_VENV := .venv-langgraph
+LANGGRAPH := $(LANGGRAPH_VENV)/.installed
 $(LANGGRAPH): tests/frameworks/langgraph/requirements.txt
-	test -x tests/frameworks/langgraph/.venv/bin/python || $(PYTHON) -m venv tests/frameworks/langgraph/.venv
-	tests/frameworks/langgraph/.venv/bin/python -m pip install --quiet --no-compile -r $<
+	test -x $(LANGGRAPH_VENV)/bin/python || $(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet --no-compile -r $<
 	touch $@
 
 # The Vercel AI SDK's example agent (examples/frameworks/vercel-ai: ai and @ai-sdk/mcp, pinned by its

@@ -27,7 +27,7 @@ def project_sources():
     for path in sorted(ROOT.rglob("*.py")):
         parts = path.relative_to(ROOT).parts
         if (parts[0].startswith(".") or parts[0] in ("build", "staticfiles") or path == THIS_FILE
-                or {".venv", "node_modules"} & set(parts)):  # e.g. tests/frameworks/langgraph/.venv
+                or {".venv", "node_modules"} & set(parts)):  # e.g. examples/frameworks/vercel-ai/node_modules
             continue
         yield path
 

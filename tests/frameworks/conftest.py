@@ -129,14 +129,15 @@ def listed_name(url: str, token: str, upstream: str, tool: str) -> str:
     return name
 
 
-LANGGRAPH = Path(__file__).with_name("langgraph")  # its environment and its driver
-LANGGRAPH_PYTHON = LANGGRAPH / ".venv" / "bin" / "python"
+LANGGRAPH = Path(__file__).with_name("langgraph")  # its driver and its requirements
+LANGGRAPH_VENV = ROOT / ".venv-langgraph"  # its environment (the Makefile's LANGGRAPH_VENV), outside tests/
+LANGGRAPH_PYTHON = LANGGRAPH_VENV / "bin" / "python"
 
 
 def run_langgraph(url: str, token: str, tool: str, *calls: dict) -> dict:
     """The agent's run, in LangGraph's environment: its output, the tools its model was given and what
     the model was told of each call."""
-    assert LANGGRAPH_PYTHON.exists(), f"LangGraph's environment is missing: make {LANGGRAPH / '.venv' / '.installed'}"
+    assert LANGGRAPH_PYTHON.exists(), f"LangGraph's environment is missing: make {LANGGRAPH_VENV.name}/.installed"
     # Its bytecode cached, whatever this machine's environment says (the Makefile's note): langchain's
     # modules compiled on every run cost seconds each time.
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
