@@ -10,11 +10,13 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import close_old_connections, connection
 
+from ledger.availability import Outage, through_outage
 from ledger.models import LoopBeat
 
 HOST = socket.gethostname()
@@ -52,3 +54,21 @@ def beating(loop: str, *, interval: float) -> Iterator[Callable[[], None]]:
             LoopBeat.objects.filter(name=name, process=process).delete()
         except Exception:  # a stop while the database is down: the row stays, and the alert says so
             log.warning("%s: could not remove its heartbeat row; the stalled-loop alert will name it", name)
+
+
+def run_passes(loop: str, *, interval: float, step: Callable[[], object],
+               on_pass: Callable[[object, float, object], None]) -> None:
+    """A `--loop` command's body, forever: `step()` every `interval` seconds, `on_pass(result,
+    started, outage)` after each completed pass, then the heartbeat. A failover waits it out (a
+    pass or a beat cut by an outage is tried on the next turn; ledger.availability), it does not
+    exit."""
+    outage = Outage(loop)
+    with beating(loop, interval=interval) as beat:
+        while True:
+            started = time.monotonic()
+            result = through_outage(step, outage)
+            if result is not None:
+                on_pass(result, started, outage)
+                through_outage(beat, outage)  # this process's own pass: the stalled-loop alert watches it
+            close_old_connections()
+            time.sleep(interval)  # the loop's pacing, not synchronisation

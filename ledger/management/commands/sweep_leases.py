@@ -2,11 +2,10 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections
 
 from ledger.availability import Outage, through_outage
 from ledger.cluster import cluster_problem
-from ledger.loops import beating
+from ledger.loops import run_passes
 from ledger.services import sweep_expired_leases
 
 
@@ -22,16 +21,9 @@ class Command(BaseCommand):
             self._sweep(sweep_expired_leases(), loop=False)
             return
         self.stdout.write(f"sweeping expired leases every {interval} s")
-        outage = Outage("sweeper")  # a failover: the loop waits it out, it does not exit
-        with beating("sweeper", interval=interval) as beat:
-            while True:
-                started = time.monotonic()
-                result = through_outage(sweep_expired_leases, outage)
-                if result is not None:
-                    self._sweep(result, loop=True, started=started, outage=outage)
-                    through_outage(beat, outage)  # this process's own pass: the stalled-loop alert watches it
-                close_old_connections()
-                time.sleep(interval)  # the loop's pacing, not synchronisation
+        run_passes("sweeper", interval=interval, step=sweep_expired_leases,
+                   on_pass=lambda result, started, outage: self._sweep(result, loop=True, started=started,
+                                                                       outage=outage))
 
     missing_cluster: str | None = None
 

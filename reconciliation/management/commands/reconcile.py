@@ -2,11 +2,9 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
 
-from ledger.availability import Outage, through_outage
 from ledger.declarations import reconciler_problems
-from ledger.loops import beating
+from ledger.loops import run_passes
 from reconciliation.passes import reconcile_until_idle
 
 
@@ -32,16 +30,8 @@ class Command(BaseCommand):
             self._pass(reconcile_until_idle(limit=limit), time.monotonic(), loop=False)
             return
         self.stdout.write(f"reconciling unknown work every {interval} s")
-        outage = Outage("reconciler")  # a failover: the loop waits it out, it does not exit
-        with beating("reconciler", interval=interval) as beat:
-            while True:
-                started = time.monotonic()
-                decisions = through_outage(lambda: reconcile_until_idle(limit=limit), outage)
-                if decisions is not None:
-                    self._pass(decisions, started, loop=True)
-                    through_outage(beat, outage)  # this process's own pass: the stalled-loop alert watches it
-                close_old_connections()
-                time.sleep(interval)  # the loop's pacing, not synchronisation
+        run_passes("reconciler", interval=interval, step=lambda: reconcile_until_idle(limit=limit),
+                   on_pass=lambda decisions, started, outage: self._pass(decisions, started, loop=True))
 
     def _pass(self, decisions, started: float, *, loop: bool) -> None:
         for decision in decisions:
