@@ -122,7 +122,8 @@ def test_the_login_lockout_and_error_pages_pass_axe(live_server, browser, log_in
 
         page.get_by_label("Username").fill("mallory")  # locked out below: not a persona used later
         page.get_by_label("Password").fill("wrong")
-        page.get_by_role("button", name="Log in").click()
+        with page.expect_navigation():  # the refusal is a new page: read it once it is there
+            page.get_by_role("button", name="Log in").click()
         assert page.get_by_role("alert").is_visible()
         serious["login-failed"] = check(page, "login-failed")
 
